@@ -1,0 +1,83 @@
+// memattn: exact, memory-efficient attention, forward and backward.
+//
+// Layout is BMHK: Q [B, Mq, Hq, D], K [B, Mk, Hk, D], V [B, Mk, Hk, Dv], O [B, Mq, Hq, Dv],
+// LSE [B, Hq, Mq] float32 (natural log). Query head h reads kv head h / (Hq / Hk).
+// S = scale * Q K^T + bias, masked entries -inf, P = softmax(S), O = dropout(P) V.
+// A query row with every key masked gives O = 0, LSE = -inf and zero gradients.
+//
+// Every call validates all arguments on the host before anything runs; on error nothing is
+// written and the Status message names the argument.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memattn/status.hpp"
+#include "memattn/types.hpp"
+
+namespace memattn {
+
+// Settings shared by the forward and the backward pass.
+struct Options {
+  Mask mask;
+  Dropout dropout;
+  std::optional<double> scale;  // default 1 / sqrt(D)
+  Varlen varlen;
+  Backend backend = Backend::automatic;
+  void* stream = nullptr;  // cudaStream_t for the CUDA backend; ignored on the CPU
+  // Scratch memory where the tensors live. When `workspace` is null the library allocates what it
+  // needs itself; when it is set it must hold at least the size the *_workspace_size query gives.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+struct ForwardArgs : Options {
+  TensorRef q, k, v;  // inputs
+  TensorRef bias;     // optional: dtype of q or f32, broadcastable to [B, Hq, Mq, Mk] (see below)
+  TensorRef out;      // [B, Mq, Hq, Dv], dtype of q
+  TensorRef lse;      // optional: [B, Hq, Mq], f32
+};
+
+struct BackwardArgs : Options {
+  TensorRef q, k, v, bias;  // as given to the forward
+  TensorRef out, lse;       // the forward's results (lse is required)
+  TensorRef dout;           // [B, Mq, Hq, Dv], dtype of q
+  TensorRef dq, dk, dv;     // gradients, shaped like q, k, v
+  TensorRef dbias;          // optional: the bias's sizes; broadcast dimensions are summed
+  bool deterministic = false;  // bit-reproducible gradients (no atomics)
+};
+
+// Bias broadcasting: the bias is a rank-4 view whose dimension is either the full size
+// (B, Hq, Mq, Mk) or 1; a dimension of size 1, or of full size with stride 0, is broadcast.
+// dbias must have the bias's sizes; along a broadcast dimension it must have size 1 or stride 0,
+// and it receives the sum over that dimension. With variable lengths, B is num_seqs and Mq/Mk
+// are at least the longest sequence (the bias is indexed with positions local to a sequence).
+
+Status forward(const ForwardArgs& args);
+Status backward(const BackwardArgs& args);
+
+// Validation alone (what forward/backward do first).
+Status validate(const ForwardArgs& args);
+Status validate(const BackwardArgs& args);
+
+// Scratch bytes the chosen backend needs for these arguments (0 when none).
+Status forward_workspace_size(const ForwardArgs& args, std::size_t* bytes);
+Status backward_workspace_size(const BackwardArgs& args, std::size_t* bytes);
+
+// Which backend and kernel a call would use, in words (e.g. "cpu-fast" or a kernel-table row).
+Status describe_plan(const ForwardArgs& args, std::string* plan);
+Status describe_plan(const BackwardArgs& args, std::string* plan);
+
+// Floating-point operations of the forward's two matrix products over the (query, key) pairs
+// the mask leaves visible: 2 * pairs * (D + Dv). The backward counts 2.5 times this (the
+// FlashAttention convention).
+Status forward_flops(const ForwardArgs& args, double* flops);
+
+// True when this build has the CUDA backend and a CUDA device is visible.
+bool cuda_available();
+
+const char* version();
+
+}  // namespace memattn

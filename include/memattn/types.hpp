@@ -1,0 +1,89 @@
+// memattn public types: element types, strided tensor views, masks, dropout, variable lengths.
+// No CUDA, CuTe or torch types appear here; device handles are passed as void*.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+namespace memattn {
+
+enum class DType : int { f32, f16, bf16 };
+
+const char* to_string(DType dtype);
+std::size_t dtype_size(DType dtype);
+
+// Which implementation runs a call. `automatic` follows the tensors: device pointers run on
+// CUDA, host pointers on the fast CPU path. `reference` is the naive float64 CPU implementation
+// (slow; for checking).
+enum class Backend : int { automatic, cpu, cuda, reference };
+
+const char* to_string(Backend backend);
+
+// A strided view of up to 4 dimensions. Sizes and strides count elements, not bytes. The last
+// dimension must be contiguous (stride 1); any other stride is free, 0 included (broadcast).
+// Inputs are read through `data` and never written.
+struct TensorRef {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  int rank = 0;
+  std::int64_t sizes[4] = {0, 0, 0, 0};
+  std::int64_t strides[4] = {0, 0, 0, 0};
+
+  bool defined() const { return data != nullptr; }
+  std::int64_t numel() const;
+};
+
+// A contiguous (row-major) view.
+TensorRef make_tensor(const void* data, DType dtype, std::initializer_list<std::int64_t> sizes);
+// A view with explicit strides (elements).
+TensorRef make_tensor(const void* data, DType dtype, std::initializer_list<std::int64_t> sizes,
+                      std::initializer_list<std::int64_t> strides);
+
+enum class Alignment : int { top_left, bottom_right };
+
+const char* to_string(Alignment alignment);
+
+// A window bound meaning "no limit on this side".
+constexpr std::int64_t kUnbounded = -1;
+
+// One mask type covers none / causal / sliding window / local attention, for both alignments.
+// For query row i, the diagonal is d = i (top_left) or d = i + Mk - Mq (bottom_right); key j is
+// visible iff d - window_left <= j <= d + window_right. Causal is window_right = 0.
+struct Mask {
+  std::int64_t window_left = kUnbounded;
+  std::int64_t window_right = kUnbounded;
+  Alignment alignment = Alignment::top_left;
+
+  static Mask none() { return {}; }
+  static Mask causal(Alignment a = Alignment::top_left) { return {kUnbounded, 0, a}; }
+  static Mask window(std::int64_t left, std::int64_t right, Alignment a = Alignment::top_left) {
+    return {left, right, a};
+  }
+  bool is_none() const { return window_left == kUnbounded && window_right == kUnbounded; }
+};
+
+// Dropout with probability p in [0, 1). The keep decision for element (b, h, i, j) is a pure
+// function of (seed, offset, b, h, i, j): see dropout.hpp for the exact Philox4x32-10 mapping.
+struct Dropout {
+  double p = 0.0;
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;  // must be < 2^32: it is one word of the Philox counter
+};
+
+// Variable-length batches over packed tensors (batch dimension 1). Enabled when seqstart_q is set.
+// Sequence b owns query rows [seqstart_q[b], seqstart_q[b+1]) and key rows starting at
+// seqstart_k[b]: seqused_k[b] of them when seqused_k is given, else seqstart_k[b+1] - seqstart_k[b].
+// The arrays live where the tensors live (host memory for the CPU, device memory for CUDA).
+// Bias, if any, is indexed [b, h, i, j] with i and j local to the sequence, so its shape is
+// broadcastable to [num_seqs, Hq, max_seqlen_q, max_seqlen_k].
+struct Varlen {
+  std::int64_t num_seqs = 0;
+  const std::int32_t* seqstart_q = nullptr;  // [num_seqs + 1]
+  const std::int32_t* seqstart_k = nullptr;  // [num_seqs + 1]
+  const std::int32_t* seqused_k = nullptr;   // optional, [num_seqs]
+
+  bool enabled() const { return seqstart_q != nullptr || seqstart_k != nullptr || num_seqs != 0; }
+};
+
+}  // namespace memattn

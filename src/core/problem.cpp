@@ -1,0 +1,404 @@
+// Host validation of every argument (DESIGN.md §2): one clear error naming the argument, before
+// anything runs and before anything is written.
+#include "core/problem.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <string>
+
+#include "memattn/dropout.hpp"
+
+namespace memattn::detail {
+namespace {
+
+constexpr std::int64_t kMaxHeadDim = 65536;
+constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+
+Status invalid(const std::string& message) { return {StatusCode::invalid_argument, message}; }
+
+std::string shape_string(const TensorRef& t) {
+  std::ostringstream s;
+  s << "[";
+  for (int d = 0; d < t.rank; ++d) s << (d ? ", " : "") << t.sizes[d];
+  s << "]";
+  return s.str();
+}
+
+std::string shape_string(const std::int64_t* sizes, int rank) {
+  TensorRef t;
+  t.rank = rank;
+  std::copy(sizes, sizes + rank, t.sizes);
+  return shape_string(t);
+}
+
+bool mul_overflows(std::int64_t a, std::int64_t b, std::int64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+// Structure shared by every tensor argument: pointer, rank, sizes, strides, and that its largest
+// byte offset fits in int64.
+Status check_tensor(const TensorRef& t, const char* name, const char* layout, int rank) {
+  if (t.data == nullptr) return invalid(std::string(name) + ": data pointer is null");
+  if (t.rank != rank)
+    return invalid(std::string(name) + ": expected rank " + std::to_string(rank) + " " + layout +
+                   ", got rank " + std::to_string(t.rank));
+  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
+    return invalid(std::string(name) + ": unknown dtype value " + std::to_string(int(t.dtype)));
+  std::int64_t extent = 0;
+  for (int d = 0; d < rank; ++d) {
+    if (t.sizes[d] < 0)
+      return invalid(std::string(name) + ": negative size in " + shape_string(t));
+    if (t.strides[d] < 0)
+      return invalid(std::string(name) + ": stride " + std::to_string(t.strides[d]) +
+                     " of dimension " + std::to_string(d) + " is negative");
+    std::int64_t span = 0;
+    if (t.sizes[d] > 0 && (mul_overflows(t.sizes[d] - 1, t.strides[d], &span) ||
+                           __builtin_add_overflow(extent, span, &extent)))
+      return invalid(std::string(name) + ": sizes " + shape_string(t) +
+                     " with its strides overflow a 64-bit offset");
+  }
+  std::int64_t bytes = 0;
+  if (mul_overflows(extent + 1, std::int64_t(dtype_size(t.dtype)), &bytes))
+    return invalid(std::string(name) + ": byte extent overflows 64 bits");
+  if (t.sizes[rank - 1] > 1 && t.strides[rank - 1] != 1)
+    return invalid(std::string(name) + ": the last dimension must be contiguous (stride 1), got stride " +
+                   std::to_string(t.strides[rank - 1]));
+  return Status::Ok();
+}
+
+Status check_sizes(const TensorRef& t, const char* name, const char* layout,
+                   std::initializer_list<std::int64_t> expected) {
+  const std::int64_t* e = expected.begin();
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] != e[d])
+      return invalid(std::string(name) + ": expected " + layout + " = " +
+                     shape_string(e, t.rank) + ", got " + shape_string(t));
+  return Status::Ok();
+}
+
+Status check_dtype(const TensorRef& t, const char* name, DType want) {
+  if (t.dtype != want)
+    return invalid(std::string(name) + ": dtype " + to_string(t.dtype) + " must be " + to_string(want));
+  return Status::Ok();
+}
+
+// An output must not have two elements at one address, except along `shared` dimensions
+// (dbias's broadcast dimensions), which receive one summed value.
+Status check_no_overlap(const TensorRef& t, const char* name, const bool* shared = nullptr) {
+  int dims[4];
+  int n = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.sizes[d] <= 1 || (shared && shared[d])) continue;
+    if (t.strides[d] == 0)
+      return invalid(std::string(name) + ": output has stride 0 on dimension " + std::to_string(d) +
+                     " of size " + std::to_string(t.sizes[d]) + " (elements would overlap)");
+    dims[n++] = d;
+  }
+  for (int a = 1; a < n; ++a)  // insertion sort by stride (at most 4 dims)
+    for (int b = a; b > 0 && t.strides[dims[b]] < t.strides[dims[b - 1]]; --b) std::swap(dims[b], dims[b - 1]);
+  std::int64_t covered = 1;  // elements spanned by the dimensions with smaller strides
+  for (int k = 0; k < n; ++k) {
+    const int d = dims[k];
+    if (t.strides[d] < covered)
+      return invalid(std::string(name) + ": strides make output elements overlap (dimension " +
+                     std::to_string(d) + ")");
+    covered = t.strides[d] * (t.sizes[d] - 1) + covered;
+  }
+  return Status::Ok();
+}
+
+struct NamedPointer {
+  const char* name;
+  const void* ptr;
+};
+
+// All pointers live in one place, and that place suits the backend asked for.
+Status check_locations(const std::vector<NamedPointer>& pointers, Backend requested, Problem* p) {
+  const PointerInfo first = locate(pointers.front().ptr);
+  for (const NamedPointer& np : pointers) {
+    if (np.ptr == nullptr) continue;
+    const PointerInfo info = locate(np.ptr);
+    if (info.location != first.location || info.device != first.device)
+      return invalid(std::string(np.name) + ": lives in " + describe(info) + " but " +
+                     pointers.front().name + " lives in " + describe(first));
+  }
+  Backend resolved = requested;
+  if (requested == Backend::automatic)
+    resolved = first.location == Location::device ? Backend::cuda : Backend::cpu;
+  if (resolved == Backend::cuda) {
+    if (first.location != Location::device)
+      return invalid(std::string("backend: cuda needs device memory, but ") + pointers.front().name +
+                     " lives in " + describe(first));
+    if (first.device != current_cuda_device())
+      return invalid(std::string(pointers.front().name) + ": lives on CUDA device " +
+                     std::to_string(first.device) + " but the current device is " +
+                     std::to_string(current_cuda_device()));
+  } else if (first.location != Location::host) {
+    return invalid(std::string("backend: ") + to_string(resolved) + " needs host memory, but " +
+                   pointers.front().name + " lives in " + describe(first));
+  }
+  p->backend = resolved;
+  p->device = first.device;
+  return Status::Ok();
+}
+
+Status read_varlen(const Varlen& vl, Location where, std::int64_t total_q, std::int64_t total_k,
+                   Problem* p) {
+  if (vl.num_seqs < 1)
+    return invalid("varlen.num_seqs: must be >= 1 when variable lengths are used, got " +
+                   std::to_string(vl.num_seqs));
+  if (vl.num_seqs > std::numeric_limits<std::int32_t>::max())
+    return invalid("varlen.num_seqs: too large");
+  if (!vl.seqstart_q) return invalid("varlen.seqstart_q: is null while variable lengths are used");
+  if (!vl.seqstart_k) return invalid("varlen.seqstart_k: is null while variable lengths are used");
+  const std::size_t n = std::size_t(vl.num_seqs);
+  p->seqstart_q.resize(n + 1);
+  p->seqstart_k.resize(n + 1);
+  p->seqlen_k_used.resize(n);
+  if (Status s = copy_to_host(p->seqstart_q.data(), vl.seqstart_q, (n + 1) * 4, where); !s.ok()) return s;
+  if (Status s = copy_to_host(p->seqstart_k.data(), vl.seqstart_k, (n + 1) * 4, where); !s.ok()) return s;
+  if (vl.seqused_k) {
+    if (Status s = copy_to_host(p->seqlen_k_used.data(), vl.seqused_k, n * 4, where); !s.ok()) return s;
+  }
+  const auto check_starts = [&](const std::vector<std::int32_t>& st, const char* name,
+                                std::int64_t total) -> Status {
+    if (st[0] < 0)
+      return invalid(std::string(name) + "[0] = " + std::to_string(st[0]) + " is negative");
+    for (std::size_t b = 0; b < n; ++b)
+      if (st[b + 1] < st[b])
+        return invalid(std::string(name) + ": must be non-decreasing, but [" + std::to_string(b + 1) +
+                       "] = " + std::to_string(st[b + 1]) + " < [" + std::to_string(b) +
+                       "] = " + std::to_string(st[b]));
+    if (st[n] > total)
+      return invalid(std::string(name) + "[" + std::to_string(n) + "] = " + std::to_string(st[n]) +
+                     " exceeds the " + std::to_string(total) + " packed rows");
+    return Status::Ok();
+  };
+  if (Status s = check_starts(p->seqstart_q, "varlen.seqstart_q", total_q); !s.ok()) return s;
+  if (Status s = check_starts(p->seqstart_k, "varlen.seqstart_k", total_k); !s.ok()) return s;
+  p->seqlen_q = 0;
+  p->seqlen_k = 0;
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::int32_t klen = p->seqstart_k[b + 1] - p->seqstart_k[b];
+    if (vl.seqused_k) {
+      if (p->seqlen_k_used[b] < 0 || p->seqlen_k_used[b] > klen)
+        return invalid("varlen.seqused_k[" + std::to_string(b) + "] = " +
+                       std::to_string(p->seqlen_k_used[b]) + " is outside [0, " +
+                       std::to_string(klen) + "]");
+    } else {
+      p->seqlen_k_used[b] = klen;
+    }
+    p->seqlen_q = std::max<std::int64_t>(p->seqlen_q, p->seqstart_q[b + 1] - p->seqstart_q[b]);
+    p->seqlen_k = std::max<std::int64_t>(p->seqlen_k, p->seqlen_k_used[b]);
+  }
+  return Status::Ok();
+}
+
+// Checks shared by the forward and the backward: q, k, v, bias, options. Fills sizes.
+Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, const TensorRef& v,
+                    const TensorRef& bias, std::vector<NamedPointer> pointers, Problem* p) {
+  if (Status s = check_tensor(q, "q", "[B, Mq, Hq, D]", 4); !s.ok()) return s;
+  if (Status s = check_tensor(k, "k", "[B, Mk, Hk, D]", 4); !s.ok()) return s;
+  if (Status s = check_tensor(v, "v", "[B, Mk, Hk, Dv]", 4); !s.ok()) return s;
+  if (Status s = check_dtype(k, "k", q.dtype); !s.ok()) return s;
+  if (Status s = check_dtype(v, "v", q.dtype); !s.ok()) return s;
+  p->dtype = q.dtype;
+  p->heads_q = q.sizes[2];
+  p->heads_k = k.sizes[2];
+  p->head_dim = q.sizes[3];
+  p->head_dim_v = v.sizes[3];
+  if (p->heads_q < 1) return invalid("q: heads (dimension 2) must be >= 1");
+  if (p->heads_k < 1) return invalid("k: heads (dimension 2) must be >= 1");
+  if (p->head_dim < 1 || p->head_dim > kMaxHeadDim)
+    return invalid("q: head dim D = " + std::to_string(p->head_dim) + " is outside [1, 65536]");
+  if (p->head_dim_v < 1 || p->head_dim_v > kMaxHeadDim)
+    return invalid("v: head dim Dv = " + std::to_string(p->head_dim_v) + " is outside [1, 65536]");
+  if (Status s = check_sizes(k, "k", "[B, Mk, Hk, D]", {q.sizes[0], k.sizes[1], k.sizes[2], p->head_dim});
+      !s.ok())
+    return s;
+  if (Status s = check_sizes(v, "v", "[B, Mk, Hk, Dv]", {q.sizes[0], k.sizes[1], k.sizes[2], v.sizes[3]});
+      !s.ok())
+    return s;
+  if (p->heads_q % p->heads_k != 0)
+    return invalid("k: query heads Hq = " + std::to_string(p->heads_q) +
+                   " must be a multiple of kv heads Hk = " + std::to_string(p->heads_k));
+
+  const Varlen& vl = opt.varlen;
+  p->varlen = vl.enabled();
+  if (p->varlen) {
+    if (q.sizes[0] != 1)
+      return invalid("q: with variable lengths the batch dimension must be 1 (packed), got " +
+                     std::to_string(q.sizes[0]));
+    pointers.push_back({"varlen.seqstart_q", vl.seqstart_q});
+    pointers.push_back({"varlen.seqstart_k", vl.seqstart_k});
+    pointers.push_back({"varlen.seqused_k", vl.seqused_k});
+  } else {
+    p->batch = q.sizes[0];
+    p->seqlen_q = q.sizes[1];
+    p->seqlen_k = k.sizes[1];
+  }
+  pointers.push_back({"workspace", opt.workspace});
+  if (Status s = check_locations(pointers, opt.backend, p); !s.ok()) return s;
+  if (p->varlen) {
+    p->batch = vl.num_seqs;
+    const Location where = p->backend == Backend::cuda ? Location::device : Location::host;
+    if (Status s = read_varlen(vl, where, q.sizes[1], k.sizes[1], p); !s.ok()) return s;
+  }
+
+  p->has_bias = bias.defined();
+  if (p->has_bias) {
+    if (Status s = check_tensor(bias, "bias", "[B, Hq, Mq, Mk]", 4); !s.ok()) return s;
+    if (bias.dtype != q.dtype && bias.dtype != DType::f32)
+      return invalid(std::string("bias: dtype ") + to_string(bias.dtype) + " must be " +
+                     to_string(q.dtype) + " (the dtype of q) or f32");
+    const std::int64_t full[4] = {p->batch, p->heads_q, p->seqlen_q, p->seqlen_k};
+    for (int d = 0; d < 4; ++d) {
+      const std::int64_t n = bias.sizes[d];
+      const bool fits = n == 1 || n == full[d] || (p->varlen && d >= 2 && n >= full[d]);
+      if (!fits)
+        return invalid("bias: dimension " + std::to_string(d) + " has size " + std::to_string(n) +
+                       "; it must be 1 (broadcast) or " + std::to_string(full[d]) +
+                       (p->varlen && d >= 2 ? " or more" : "") + " to broadcast to [B, Hq, Mq, Mk] = " +
+                       shape_string(full, 4));
+      p->bias_broadcast[d] = n == 1 || bias.strides[d] == 0;
+    }
+  }
+
+  if (opt.scale) {
+    if (!std::isfinite(*opt.scale)) return invalid("scale: must be finite");
+    p->scale = *opt.scale;
+  } else {
+    p->scale = 1.0 / std::sqrt(double(p->head_dim));
+  }
+
+  const Mask& m = opt.mask;
+  if (m.window_left < 0 && m.window_left != kUnbounded)
+    return invalid("mask.window_left: must be >= 0 or kUnbounded, got " + std::to_string(m.window_left));
+  if (m.window_right < 0 && m.window_right != kUnbounded)
+    return invalid("mask.window_right: must be >= 0 or kUnbounded, got " + std::to_string(m.window_right));
+  if (m.alignment != Alignment::top_left && m.alignment != Alignment::bottom_right)
+    return invalid("mask.alignment: unknown value " + std::to_string(int(m.alignment)));
+  p->window_left = m.window_left;
+  p->window_right = m.window_right;
+  p->bottom_right = m.alignment == Alignment::bottom_right;
+
+  const Dropout& dr = opt.dropout;
+  if (!(dr.p >= 0.0 && dr.p < 1.0))
+    return invalid("dropout.p: must be in [0, 1), got " + std::to_string(dr.p));
+  p->dropout_p = dr.p;
+  p->dropout_seed = dr.seed;
+  p->dropout_offset = dr.offset;
+  if (dr.p > 0.0) {
+    if (dr.offset >> 32)
+      return invalid("dropout.offset: must be < 2^32 (it is one word of the Philox counter)");
+    std::int64_t bh = 0;
+    if (mul_overflows(p->batch, p->heads_q, &bh) || bh > (std::int64_t(1) << 32) ||
+        p->seqlen_q > (std::int64_t(1) << 32) || p->seqlen_k > (std::int64_t(1) << 34))
+      return invalid("dropout: the problem exceeds the Philox counter (B*Hq <= 2^32, Mq <= 2^32, Mk <= 2^34)");
+    p->dropout_threshold = dropout_threshold(dr.p);
+  }
+  return Status::Ok();
+}
+
+Status check_out_lse(const TensorRef& out, const TensorRef& lse, const char* out_name,
+                     const TensorRef& q, const Problem& p, bool lse_required) {
+  if (Status s = check_tensor(out, out_name, "[B, Mq, Hq, Dv]", 4); !s.ok()) return s;
+  if (Status s = check_dtype(out, out_name, q.dtype); !s.ok()) return s;
+  if (Status s = check_sizes(out, out_name, "[B, Mq, Hq, Dv]", {q.sizes[0], q.sizes[1], p.heads_q, p.head_dim_v});
+      !s.ok())
+    return s;
+  if (!lse.defined()) {
+    if (lse_required) return invalid("lse: is required by the backward (the forward's logsumexp)");
+    return Status::Ok();
+  }
+  if (Status s = check_tensor(lse, "lse", "[B, Hq, Mq]", 3); !s.ok()) return s;
+  if (Status s = check_dtype(lse, "lse", DType::f32); !s.ok()) return s;
+  return check_sizes(lse, "lse", "[B, Hq, Mq]", {q.sizes[0], p.heads_q, q.sizes[1]});
+}
+
+}  // namespace
+
+Sequence Problem::sequence(std::int64_t b) const {
+  if (!varlen) return {b, 0, seqlen_q, 0, seqlen_k};
+  return {0, seqstart_q[b], seqstart_q[b + 1] - seqstart_q[b], seqstart_k[b], seqlen_k_used[b]};
+}
+
+double Problem::visible_pairs() const {
+  double pairs = 0;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const Sequence s = sequence(b);
+    if (s.k_len == 0) continue;
+    const std::int64_t shift = bottom_right ? s.k_len - s.q_len : 0;
+    for (std::int64_t i = 0; i < s.q_len; ++i) {
+      const std::int64_t d = i + shift;
+      const std::int64_t lo = window_left == kUnbounded ? 0 : std::max<std::int64_t>(0, d - window_left);
+      const std::int64_t hi =
+          window_right == kUnbounded ? s.k_len - 1 : std::min<std::int64_t>(s.k_len - 1, d + window_right);
+      if (hi >= lo) pairs += double(hi - lo + 1);
+    }
+  }
+  return pairs * double(heads_q);
+}
+
+Status build_problem(const ForwardArgs& a, Problem* p) {
+  *p = Problem{};
+  if (!a.q.defined()) return invalid("q: data pointer is null");
+  const std::vector<NamedPointer> ptrs = {{"q", a.q.data},     {"k", a.k.data},     {"v", a.v.data},
+                                          {"bias", a.bias.data}, {"out", a.out.data}, {"lse", a.lse.data}};
+  if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, p); !s.ok()) return s;
+  if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, false); !s.ok()) return s;
+  if (Status s = check_no_overlap(a.out, "out"); !s.ok()) return s;
+  if (a.lse.defined())
+    if (Status s = check_no_overlap(a.lse, "lse"); !s.ok()) return s;
+  return Status::Ok();
+}
+
+Status build_problem(const BackwardArgs& a, Problem* p) {
+  *p = Problem{};
+  if (!a.q.defined()) return invalid("q: data pointer is null");
+  const std::vector<NamedPointer> ptrs = {
+      {"q", a.q.data},       {"k", a.k.data},   {"v", a.v.data},   {"bias", a.bias.data},
+      {"out", a.out.data},   {"lse", a.lse.data}, {"dout", a.dout.data}, {"dq", a.dq.data},
+      {"dk", a.dk.data},     {"dv", a.dv.data}, {"dbias", a.dbias.data}};
+  if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, p); !s.ok()) return s;
+  if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, true); !s.ok()) return s;
+  if (Status s = check_out_lse(a.dout, TensorRef{}, "dout", a.q, *p, false); !s.ok()) return s;
+  const struct {
+    const TensorRef& grad;
+    const TensorRef& like;
+    const char* name;
+    const char* layout;
+  } grads[] = {{a.dq, a.q, "dq", "[B, Mq, Hq, D]"},
+               {a.dk, a.k, "dk", "[B, Mk, Hk, D]"},
+               {a.dv, a.v, "dv", "[B, Mk, Hk, Dv]"}};
+  for (const auto& g : grads) {
+    if (Status s = check_tensor(g.grad, g.name, g.layout, 4); !s.ok()) return s;
+    if (Status s = check_dtype(g.grad, g.name, a.q.dtype); !s.ok()) return s;
+    if (Status s = check_sizes(g.grad, g.name, g.layout,
+                               {g.like.sizes[0], g.like.sizes[1], g.like.sizes[2], g.like.sizes[3]});
+        !s.ok())
+      return s;
+    if (Status s = check_no_overlap(g.grad, g.name); !s.ok()) return s;
+  }
+  p->has_dbias = a.dbias.defined();
+  if (p->has_dbias) {
+    if (!p->has_bias) return invalid("dbias: given without a bias");
+    if (Status s = check_tensor(a.dbias, "dbias", "(the bias's sizes)", 4); !s.ok()) return s;
+    if (Status s = check_dtype(a.dbias, "dbias", a.bias.dtype); !s.ok()) return s;
+    if (Status s = check_sizes(a.dbias, "dbias", "(the bias's sizes)",
+                               {a.bias.sizes[0], a.bias.sizes[1], a.bias.sizes[2], a.bias.sizes[3]});
+        !s.ok())
+      return s;
+    for (int d = 0; d < 4; ++d)
+      if (p->bias_broadcast[d] && a.dbias.sizes[d] > 1 && a.dbias.strides[d] != 0)
+        return invalid("dbias: dimension " + std::to_string(d) +
+                       " is broadcast in the bias, so dbias needs size 1 or stride 0 there");
+    if (Status s = check_no_overlap(a.dbias, "dbias", p->bias_broadcast); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace memattn::detail

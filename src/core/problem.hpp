@@ -1,0 +1,58 @@
+// The validated, normalised description of one attention call, derived from ForwardArgs or
+// BackwardArgs on the host. Backends read tensors through the args and sizes through this.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/memory.hpp"
+#include "memattn/attention.hpp"
+
+namespace memattn::detail {
+
+// One sequence of the batch: where its rows start in the tensors and how long it is.
+struct Sequence {
+  std::int64_t batch;    // index into the tensors' batch dimension (0 with variable lengths)
+  std::int64_t q_begin;  // first query row in the M dimension
+  std::int64_t q_len;
+  std::int64_t k_begin;
+  std::int64_t k_len;
+};
+
+struct Problem {
+  std::int64_t batch = 0;  // B, or the number of sequences with variable lengths
+  std::int64_t heads_q = 0, heads_k = 0;
+  std::int64_t head_dim = 0, head_dim_v = 0;
+  std::int64_t seqlen_q = 0, seqlen_k = 0;  // Mq, Mk; the longest sequence with variable lengths
+  bool varlen = false;
+  std::vector<std::int32_t> seqstart_q, seqstart_k, seqlen_k_used;  // host copies (varlen only)
+
+  DType dtype = DType::f32;
+  double scale = 1.0;
+  std::int64_t window_left = kUnbounded, window_right = kUnbounded;
+  bool bottom_right = false;
+
+  bool has_bias = false;
+  bool bias_broadcast[4] = {false, false, false, false};  // per dimension b, h, i, j
+  bool has_dbias = false;
+
+  double dropout_p = 0.0;
+  std::uint32_t dropout_threshold = 0;
+  std::uint64_t dropout_seed = 0, dropout_offset = 0;
+
+  Backend backend = Backend::cpu;  // resolved: cpu, cuda or reference
+  int device = -1;                 // CUDA ordinal when backend == cuda
+
+  bool has_dropout() const { return dropout_p > 0.0; }
+  bool is_masked() const { return window_left != kUnbounded || window_right != kUnbounded; }
+  std::int64_t group_size() const { return heads_q / heads_k; }
+  Sequence sequence(std::int64_t b) const;
+  // Number of (query, key) pairs that the mask leaves visible, summed over batch and heads.
+  double visible_pairs() const;
+};
+
+// Validates every argument and fills `problem`. Nothing is launched or written.
+Status build_problem(const ForwardArgs& args, Problem* problem);
+Status build_problem(const BackwardArgs& args, Problem* problem);
+
+}  // namespace memattn::detail

@@ -1,0 +1,43 @@
+// The problem flags shared by `memattn run` and `memattn kernels`, and their translation into a
+// ProblemSpec. Flag names are a contract: later versions add flags, never rename them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+
+#include "workload/workload.hpp"
+
+namespace memattn::cli {
+
+struct ProblemFlags {
+  std::int64_t batch = 1, seqlen_q = 1024, seqlen_k = -1, heads_q = 8, heads_k = -1, head_dim = 64, head_dim_v = -1;
+  std::string dtype = "bf16";
+  bool causal = false;
+  std::string alignment = "top-left";
+  std::int64_t window_left = kUnbounded, window_right = kUnbounded;
+  std::string bias = "none";
+  double dropout = 0.0;
+  std::uint64_t seed = 0, offset = 0;
+  std::optional<double> scale;
+  std::string varlen, varlen_k;
+  std::string backend = "auto";
+  bool deterministic = false;
+
+  CLI::Option* size_options[5] = {};  // batch, seqlen-q, heads-q, head-dim, seqlen-k: given or not
+};
+
+void add_problem_flags(CLI::App* app, ProblemFlags* flags);
+
+// The size defaults for a backend when the user gave no sizes: a small problem on the CPU, a
+// GPU-sized one on CUDA.
+void apply_backend_defaults(ProblemFlags* flags, Backend backend);
+
+// Backend named by --backend; `automatic` resolves to cuda when a GPU and kernels are there.
+Status parse_backend(const std::string& text, Backend* backend);
+Status parse_dtype(const std::string& text, DType* dtype);
+
+Status make_spec(const ProblemFlags& flags, tools::ProblemSpec* spec);
+
+}  // namespace memattn::cli

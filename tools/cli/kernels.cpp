@@ -1,0 +1,44 @@
+#include "cli/kernels.hpp"
+
+#include <iostream>
+
+namespace memattn::cli {
+
+int kernels_command(ProblemFlags& flags) {
+  Backend backend = Backend::automatic;
+  if (Status s = parse_backend(flags.backend, &backend); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return 2;
+  }
+  if (backend == Backend::automatic) backend = cuda_available() ? Backend::cuda : Backend::cpu;
+  apply_backend_defaults(&flags, backend);
+  tools::ProblemSpec spec;
+  if (Status s = make_spec(flags, &spec); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return 2;
+  }
+  spec.backend = backend;
+
+  std::cout << "CPU implementations:\n"
+            << "  reference  float64, one query row at a time, every feature (for checking)\n"
+            << "  cpu-fast   tiles of 64 queries x 64 keys (16 x 64 when D + Dv > 1024), online softmax,\n"
+            << "             fp32 accumulation, OpenMP over tiles, every feature\n";
+  std::cout << "CUDA kernel table: " << (cuda_available() ? "no kernels in this build yet" : "no CUDA device or backend")
+            << "\n";
+
+  tools::Workload w(spec);
+  if (backend == Backend::cuda)
+    if (Status s = w.to_device(); !s.ok()) {
+      std::cerr << "error: backend cuda: " << s.message() << "\n";
+      return 2;
+    }
+  std::cout << "problem: " << spec.describe() << " on " << to_string(backend) << "\n";
+  std::string plan;
+  const Status f = describe_plan(w.forward_args(), &plan);
+  std::cout << "  forward  -> " << (f.ok() ? plan : f.to_string()) << "\n";
+  const Status b = describe_plan(w.backward_args(), &plan);
+  std::cout << "  backward -> " << (b.ok() ? plan : b.to_string()) << "\n";
+  return f.ok() && b.ok() ? 0 : 2;
+}
+
+}  // namespace memattn::cli

@@ -1,0 +1,227 @@
+// `memattn run`: build a problem (flags, or --load), run forward and/or backward on a backend,
+// time it, verify it against the float64 reference, save results.
+#include "cli/run.hpp"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "cli/npy_io.hpp"
+#include "workload/verify.hpp"
+
+namespace memattn::cli {
+namespace {
+
+// The reference's work above which --verify checks a sample (first/last sequence and kv head).
+constexpr double kFullVerifyBudget = 4e9;
+constexpr std::uint64_t kInputSeed = 20261121;
+
+struct PassResult {
+  bool ran = false;
+  double median_ms = 0, min_ms = 0, tflops = 0;
+  std::string plan;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double peak_host_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) * 1024.0;
+}
+
+// Progress of the reference on stderr, for runs long enough to need it.
+reference::Progress progress_printer(const char* what) {
+  auto start = std::chrono::steady_clock::now();
+  auto last = std::make_shared<int>(-1);
+  return [=](long long done, long long total) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const int percent = int(100 * done / std::max(total, 1ll));
+    if (seconds > 2.0 && percent / 10 != *last / 10) {
+      *last = percent;
+      std::fprintf(stderr, "  %s: %d%% (%.0f s)\n", what, percent, seconds);
+    }
+  };
+}
+
+// Runs `fn` once (the checked run) and then `iters` timed runs.
+Status time_pass(bool device, int iters, const std::function<Status()>& fn, PassResult* r) {
+  double ms = 0;
+  if (Status s = tools::time_call(device, fn, &ms); !s.ok()) return s;
+  std::vector<double> times;
+  for (int it = 0; it < iters; ++it) {
+    if (Status s = tools::time_call(device, fn, &ms); !s.ok()) return s;
+    times.push_back(ms);
+  }
+  if (times.empty()) times.push_back(ms);
+  r->ran = true;
+  r->median_ms = median(times);
+  r->min_ms = *std::min_element(times.begin(), times.end());
+  return Status::Ok();
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Where the human-readable report goes: stdout, or stderr when --json owns stdout.
+std::ostream& text(const RunOptions& o) { return o.json ? std::cerr : std::cout; }
+
+}  // namespace
+
+void add_run_flags(CLI::App* app, RunOptions* o) {
+  add_problem_flags(app, &o->problem);
+  app->add_option("--pass", o->pass, "Which pass to run")->check(CLI::IsMember({"fwd", "bwd", "both"}));
+  app->add_option("--iters", o->iters, "Timed iterations (after one checked run)")->check(CLI::NonNegativeNumber);
+  app->add_flag("--verify", o->verify, "Check the results against the float64 reference");
+  app->add_option("--load", o->load_dir, "Read q.npy k.npy v.npy (bias.npy do.npy) from DIR");
+  app->add_option("--save", o->save_dir, "Write out.npy lse.npy (dq.npy dk.npy dv.npy dbias.npy) to DIR");
+  app->add_flag("--json", o->json, "Print one machine-readable result line on stdout");
+}
+
+int run_command(RunOptions& o) {
+  Backend backend = Backend::automatic;
+  if (Status s = parse_backend(o.problem.backend, &backend); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return 2;
+  }
+  if (backend == Backend::automatic) backend = cuda_available() ? Backend::cuda : Backend::cpu;
+  apply_backend_defaults(&o.problem, backend);
+
+  tools::ProblemSpec spec;
+  if (Status s = make_spec(o.problem, &spec); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return 2;
+  }
+  LoadedInputs loaded;
+  if (!o.load_dir.empty())
+    if (Status s = load_inputs(o.load_dir, &spec, &loaded); !s.ok()) {
+      std::cerr << "error: " << s.message() << "\n";
+      return 2;
+    }
+  spec.backend = backend;
+
+  const bool do_fwd = o.pass != "bwd", do_bwd = o.pass != "fwd";
+  tools::Workload w(spec);
+  std::ostream& out = text(o);
+  out << "memattn " << version() << " run\n";
+  out << "problem: " << spec.describe() << "\n";
+  if (!o.load_dir.empty()) fill_inputs(loaded, &w);
+  else w.fill_inputs(kInputSeed);
+  bool device = false;
+  if (backend == Backend::cuda) {
+    if (Status s = w.to_device(); !s.ok()) {
+      std::cerr << "error: backend cuda: " << s.message() << "\n";
+      return 2;
+    }
+    device = true;
+  }
+  w.poison_outputs();
+
+  const auto fail = [&](const Status& s) {
+    std::cerr << "error: " << s.to_string() << "\n";
+    return 2;
+  };
+  double fwd_flops = 0;
+  if (Status s = forward_flops(w.forward_args(), &fwd_flops); !s.ok()) return fail(s);
+
+  PassResult fwd, bwd;
+  const ForwardArgs fargs = w.forward_args();
+  if (Status s = describe_plan(fargs, &fwd.plan); !s.ok()) return fail(s);
+  out << "backend: " << to_string(backend) << "\n  forward:  " << fwd.plan << "\n";
+  // The forward runs even for --pass bwd: the backward needs its output and LSE.
+  if (Status s = time_pass(device, do_fwd ? o.iters : 0, [&] { return forward(fargs); }, &fwd); !s.ok()) return fail(s);
+  fwd.ran = do_fwd;
+  fwd.tflops = fwd.median_ms > 0 ? fwd_flops / (fwd.median_ms * 1e-3) / 1e12 : 0;
+  if (do_bwd) {
+    const BackwardArgs bargs = w.backward_args();
+    if (Status s = describe_plan(bargs, &bwd.plan); !s.ok()) return fail(s);
+    out << "  backward: " << bwd.plan << "\n";
+    if (Status s = time_pass(device, o.iters, [&] { return backward(bargs); }, &bwd); !s.ok()) return fail(s);
+    bwd.tflops = bwd.median_ms > 0 ? 2.5 * fwd_flops / (bwd.median_ms * 1e-3) / 1e12 : 0;
+  }
+  if (Status s = w.copy_outputs_to_host(); !s.ok()) return fail(s);
+
+  char line[256];
+  if (fwd.ran) {
+    std::snprintf(line, sizeof line, "forward:  %10.3f ms (median of %d, min %.3f)  %8.3f TFLOP/s\n", fwd.median_ms,
+                  std::max(o.iters, 1), fwd.min_ms, fwd.tflops);
+    out << line;
+  }
+  if (bwd.ran) {
+    std::snprintf(line, sizeof line, "backward: %10.3f ms (median of %d, min %.3f)  %8.3f TFLOP/s\n", bwd.median_ms,
+                  std::max(o.iters, 1), bwd.min_ms, bwd.tflops);
+    out << line;
+  }
+  const double host_peak = peak_host_bytes();
+  out << "memory: tensors " << tools::format_bytes(double(w.host_bytes())) << (device ? " on the device" : "")
+      << ", peak host RSS " << tools::format_bytes(host_peak);
+  if (device) out << ", device memory in use " << tools::format_bytes(tools::device_memory_in_use());
+  out << "\n";
+
+  std::string verdict = "skipped";
+  std::vector<tools::CheckLine> checks;
+  if (o.verify) {
+    const reference::Selection sel = tools::sample_selection(w, kFullVerifyBudget);
+    tools::VerifyReport fr, br;
+    if (do_fwd) {
+      if (Status s = tools::verify_forward(w, sel, progress_printer("reference forward"), &fr); !s.ok()) return fail(s);
+    }
+    if (do_bwd) {
+      if (Status s = tools::verify_backward(w, sel, progress_printer("reference backward"), &br); !s.ok()) return fail(s);
+    }
+    const std::string scope = do_fwd ? fr.scope : br.scope;
+    out << "verify against the float64 reference (" << scope << "):\n";
+    for (const tools::VerifyReport* r : {&fr, &br})
+      for (const tools::CheckLine& c : r->lines) {
+        std::snprintf(line, sizeof line, "  %-6s max abs %.3e  rel %.3e  (tolerance %.0e)%s  %s\n", c.name.c_str(),
+                      c.error.max_abs, c.error.rel_l2, c.tolerance,
+                      c.error.bad ? (" " + std::to_string(c.error.bad) + " unwritten/NaN").c_str() : "",
+                      c.pass() ? "PASS" : "FAIL");
+        out << line;
+        checks.push_back(c);
+      }
+    verdict = fr.pass() && br.pass() ? "pass" : "fail";
+    out << "result: " << (verdict == "pass" ? "PASS" : "FAIL") << "\n";
+  }
+  if (!o.save_dir.empty()) {
+    if (Status s = save_results(o.save_dir, w, true, do_bwd); !s.ok()) return fail(s);
+    out << "saved results to " << o.save_dir << "\n";
+  }
+  if (o.json) {
+    std::ostringstream j;
+    j << "{\"problem\":\"" << json_escape(spec.describe()) << "\",\"backend\":\"" << to_string(backend) << "\"";
+    if (fwd.ran)
+      j << ",\"fwd_plan\":\"" << json_escape(fwd.plan) << "\",\"fwd_ms\":" << fwd.median_ms << ",\"fwd_tflops\":" << fwd.tflops;
+    if (bwd.ran)
+      j << ",\"bwd_plan\":\"" << json_escape(bwd.plan) << "\",\"bwd_ms\":" << bwd.median_ms << ",\"bwd_tflops\":" << bwd.tflops;
+    j << ",\"fwd_flops\":" << fwd_flops << ",\"tensor_bytes\":" << w.host_bytes() << ",\"peak_host_bytes\":" << host_peak;
+    j << ",\"verify\":\"" << verdict << "\"";
+    if (!checks.empty()) {
+      j << ",\"errors\":{";
+      for (std::size_t c = 0; c < checks.size(); ++c)
+        j << (c ? "," : "") << "\"" << checks[c].name << "\":{\"rel\":" << checks[c].error.rel_l2
+          << ",\"max_abs\":" << checks[c].error.max_abs << ",\"bad\":" << checks[c].error.bad << "}";
+      j << "}";
+    }
+    j << "}";
+    std::cout << j.str() << std::endl;
+  }
+  return verdict == "fail" ? 1 : 0;
+}
+
+}  // namespace memattn::cli

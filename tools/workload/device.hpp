@@ -1,0 +1,32 @@
+// The device mirror of a Workload: one device allocation per tensor plus the varlen arrays.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "workload/workload.hpp"
+
+namespace memattn::tools {
+
+struct Workload::Device {
+  static Status create(std::unique_ptr<Device>* out);
+  static Status time_call(const std::function<Status()>& fn, double* ms);
+  static double memory_in_use();
+  ~Device();
+  Status allocate(int tensor, std::size_t bytes);
+  void* pointer(int tensor) const { return ptrs[tensor]; }
+  Status upload(int tensor, const void* src, std::size_t bytes);
+  Status download(int tensor, void* dst, std::size_t bytes) const;
+  Status set_varlen(const std::vector<std::int32_t>& sq, const std::vector<std::int32_t>& sk,
+                    const std::vector<std::int32_t>& used);
+  const std::int32_t* seqstart_q() const { return varlen[0]; }
+  const std::int32_t* seqstart_k() const { return varlen[1]; }
+  const std::int32_t* seqused_k() const { return varlen[2]; }
+
+  void* ptrs[int(Tensor::count)] = {};
+  std::int32_t* varlen[3] = {nullptr, nullptr, nullptr};
+};
+
+}  // namespace memattn::tools

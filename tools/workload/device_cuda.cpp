@@ -1,0 +1,84 @@
+// Device mirror through the CUDA runtime.
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "workload/device.hpp"
+
+namespace memattn::tools {
+namespace {
+
+Status check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  return {StatusCode::device_error, std::string(what) + ": " + cudaGetErrorString(err)};
+}
+
+}  // namespace
+
+Status Workload::Device::create(std::unique_ptr<Device>* out) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return {StatusCode::unsupported, "no CUDA device is visible"};
+  }
+  out->reset(new Device());
+  return Status::Ok();
+}
+
+Status Workload::Device::time_call(const std::function<Status()>& fn, double* ms) {
+  cudaEvent_t start, stop;
+  if (Status s = check(cudaEventCreate(&start), "cudaEventCreate"); !s.ok()) return s;
+  if (Status s = check(cudaEventCreate(&stop), "cudaEventCreate"); !s.ok()) return s;
+  cudaEventRecord(start);
+  Status result = fn();
+  cudaEventRecord(stop);
+  Status sync = check(cudaEventSynchronize(stop), "kernel execution");
+  float elapsed = 0;
+  cudaEventElapsedTime(&elapsed, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  *ms = elapsed;
+  if (!result.ok()) return result;
+  return sync;
+}
+
+double Workload::Device::memory_in_use() {
+  std::size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return 0;
+  return double(total - free_bytes);
+}
+
+Workload::Device::~Device() {
+  for (void* p : ptrs)
+    if (p) cudaFree(p);
+  for (std::int32_t* p : varlen)
+    if (p) cudaFree(p);
+}
+
+Status Workload::Device::allocate(int tensor, std::size_t bytes) {
+  return check(cudaMalloc(&ptrs[tensor], bytes ? bytes : 1), "cudaMalloc");
+}
+
+Status Workload::Device::upload(int tensor, const void* src, std::size_t bytes) {
+  return check(cudaMemcpy(ptrs[tensor], src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+}
+
+Status Workload::Device::download(int tensor, void* dst, std::size_t bytes) const {
+  return check(cudaMemcpy(dst, ptrs[tensor], bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+}
+
+Status Workload::Device::set_varlen(const std::vector<std::int32_t>& sq, const std::vector<std::int32_t>& sk,
+                                    const std::vector<std::int32_t>& used) {
+  const std::vector<std::int32_t>* arrays[3] = {&sq, &sk, &used};
+  for (int a = 0; a < 3; ++a) {
+    if (arrays[a]->empty()) continue;
+    const std::size_t bytes = arrays[a]->size() * sizeof(std::int32_t);
+    if (Status s = check(cudaMalloc(&varlen[a], bytes), "cudaMalloc"); !s.ok()) return s;
+    if (Status s = check(cudaMemcpy(varlen[a], arrays[a]->data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+        !s.ok())
+      return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace memattn::tools

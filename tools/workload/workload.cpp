@@ -1,0 +1,399 @@
+#include "workload/workload.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <sstream>
+
+#include "workload/device.hpp"
+#include "core/numeric.hpp"
+
+namespace memattn::tools {
+
+const char* to_string(BiasKind kind) {
+  switch (kind) {
+    case BiasKind::none: return "none";
+    case BiasKind::dense: return "dense";
+    case BiasKind::broadcast_batch: return "broadcast-batch";
+    case BiasKind::broadcast_heads: return "broadcast-heads";
+    case BiasKind::row: return "row";
+  }
+  return "?";
+}
+
+bool parse_bias_kind(const std::string& text, BiasKind* kind) {
+  for (BiasKind k : {BiasKind::none, BiasKind::dense, BiasKind::broadcast_batch, BiasKind::broadcast_heads,
+                     BiasKind::row})
+    if (text == to_string(k)) {
+      *kind = k;
+      return true;
+    }
+  return false;
+}
+
+std::optional<BiasPattern> bias_pattern(BiasKind kind) {
+  switch (kind) {
+    case BiasKind::none: return std::nullopt;
+    case BiasKind::dense: return BiasPattern{false, false, false, false};
+    case BiasKind::broadcast_batch: return BiasPattern{true, false, false, false};
+    case BiasKind::broadcast_heads: return BiasPattern{false, true, false, false};
+    case BiasKind::row: return BiasPattern{false, false, true, false};
+  }
+  return std::nullopt;
+}
+
+std::string describe_bias(const BiasPattern& pattern) {
+  for (BiasKind k : {BiasKind::dense, BiasKind::broadcast_batch, BiasKind::broadcast_heads, BiasKind::row})
+    if (bias_pattern(k) == pattern) return to_string(k);
+  static const char* names[4] = {"B", "Hq", "Mq", "Mk"};
+  std::string s = "[";
+  for (int d = 0; d < 4; ++d) s += std::string(d ? ", " : "") + (pattern[d] ? "1" : names[d]);
+  return s + "]";
+}
+
+const char* to_string(Tensor t) {
+  static const char* names[] = {"q", "k", "v", "bias", "out", "lse", "dout", "dq", "dk", "dv", "dbias"};
+  return names[int(t)];
+}
+
+std::int64_t ProblemSpec::max_q() const {
+  if (!varlen()) return seqlen_q;
+  return std::int64_t(*std::max_element(varlen_q.begin(), varlen_q.end()));
+}
+
+std::int64_t ProblemSpec::max_k() const {
+  if (!varlen()) return seqlen_k;
+  const std::vector<std::int32_t>& lens = seqused_k.empty() ? varlen_k : seqused_k;
+  return std::int64_t(*std::max_element(lens.begin(), lens.end()));
+}
+
+std::string ProblemSpec::describe() const {
+  std::ostringstream s;
+  s << to_string(dtype) << " B=" << num_seqs();
+  if (varlen()) {
+    s << " varlen q=[";
+    for (std::size_t b = 0; b < varlen_q.size(); ++b) s << (b ? "," : "") << varlen_q[b];
+    s << "] k=[";
+    for (std::size_t b = 0; b < varlen_k.size(); ++b) s << (b ? "," : "") << varlen_k[b];
+    s << "]";
+    if (!seqused_k.empty()) s << " seqused_k";
+  } else {
+    s << " Mq=" << seqlen_q << " Mk=" << seqlen_k;
+  }
+  s << " Hq=" << heads_q << " Hk=" << heads_k << " D=" << head_dim << " Dv=" << head_dim_v;
+  if (!mask.is_none()) {
+    s << " mask(" << (mask.window_left == kUnbounded ? std::string("inf") : std::to_string(mask.window_left))
+      << "," << (mask.window_right == kUnbounded ? std::string("inf") : std::to_string(mask.window_right)) << ","
+      << memattn::to_string(mask.alignment) << ")";
+  }
+  if (bias) s << " bias=" << describe_bias(*bias) << (bias_f32 ? "(f32)" : "") << (bias_expanded ? "(expanded)" : "");
+  if (dropout.p > 0) s << " dropout=" << dropout.p;
+  if (kv_broadcast_batch) s << " kv-stride0";
+  if (padding) s << " padded";
+  return s.str();
+}
+
+namespace {
+
+// Strides for a row-major view of `sizes` with `pad` spare elements after each row of every
+// dimension above the last (so no dimension but the last is contiguous when pad > 0).
+void padded_strides(const std::int64_t* sizes, int rank, std::int64_t pad, std::int64_t* strides,
+                    std::int64_t* elements) {
+  std::int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    strides[d] = stride;
+    stride = stride * std::max<std::int64_t>(sizes[d], 1) + (d > 0 ? pad : 0);
+  }
+  *elements = stride;
+}
+
+Buffer make_buffer(DType dtype, std::initializer_list<std::int64_t> sizes, std::int64_t pad) {
+  Buffer buf;
+  TensorRef& t = buf.view;
+  t.dtype = dtype;
+  t.rank = int(sizes.size());
+  std::copy(sizes.begin(), sizes.end(), t.sizes);
+  std::int64_t elements = 0;
+  padded_strides(t.sizes, t.rank, pad, t.strides, &elements);
+  buf.bytes.resize(std::size_t(elements) * dtype_size(dtype));
+  t.data = buf.bytes.data();
+  return buf;
+}
+
+// splitmix64: a counter-based generator, so every element's value depends only on (seed, index).
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+float normal(std::uint64_t seed, std::uint64_t index) {
+  const std::uint64_t r = mix(seed ^ mix(index));
+  const double u1 = (double((r >> 11) & ((1ull << 26) - 1)) + 0.5) / double(1ull << 26);
+  const double u2 = double(r & ((1ull << 11) - 1)) / double(1ull << 11) + double(mix(r) >> 40) / double(1ull << 35);
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+// Calls f(offset, linear index) for every element of a view.
+template <class F>
+void for_each_element(const TensorRef& t, F f) {
+  const std::int64_t n = t.numel();
+#pragma omp parallel for schedule(static)
+  for (std::int64_t e = 0; e < n; ++e) {
+    std::int64_t rem = e, off = 0;
+    for (int d = t.rank - 1; d >= 0; --d) {
+      off += (rem % t.sizes[d]) * t.strides[d];
+      rem /= t.sizes[d];
+    }
+    f(off, e);
+  }
+}
+
+}  // namespace
+
+Workload::Workload(const ProblemSpec& spec) : spec_(spec) {
+  const ProblemSpec& s = spec_;
+  const std::int64_t P = s.padding;
+  const std::int64_t B = s.varlen() ? 1 : s.batch;
+  std::int64_t Mq = s.seqlen_q, Mk = s.seqlen_k;
+  if (s.varlen()) {
+    seqstart_q_.assign(1, 0);
+    seqstart_k_.assign(1, 0);
+    for (std::int32_t n : s.varlen_q) seqstart_q_.push_back(seqstart_q_.back() + n);
+    for (std::int32_t n : s.varlen_k) seqstart_k_.push_back(seqstart_k_.back() + n);
+    seqused_k_ = s.seqused_k;
+    Mq = seqstart_q_.back();
+    Mk = seqstart_k_.back();
+  }
+  const DType dt = s.dtype;
+  host(Tensor::q) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim}, P);
+  const std::int64_t kv_batch = s.kv_broadcast_batch ? 1 : B;
+  host(Tensor::k) = make_buffer(dt, {kv_batch, Mk, s.heads_k, s.head_dim}, P);
+  host(Tensor::v) = make_buffer(dt, {kv_batch, Mk, s.heads_k, s.head_dim_v}, P);
+  if (s.kv_broadcast_batch) {
+    for (Tensor t : {Tensor::k, Tensor::v}) {
+      host(t).view.sizes[0] = B;
+      host(t).view.strides[0] = 0;
+    }
+  }
+  host(Tensor::out) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim_v}, P);
+  if (s.with_lse) host(Tensor::lse) = make_buffer(DType::f32, {B, s.heads_q, Mq}, P);
+  host(Tensor::dout) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim_v}, P);
+  host(Tensor::dq) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim}, P);
+  host(Tensor::dk) = make_buffer(dt, {B, Mk, s.heads_k, s.head_dim}, P);
+  host(Tensor::dv) = make_buffer(dt, {B, Mk, s.heads_k, s.head_dim_v}, P);
+
+  if (s.bias) {
+    const std::int64_t full[4] = {s.num_seqs(), s.heads_q, s.max_q(), s.max_k()};
+    const BiasPattern& bcast = *s.bias;
+    const DType bdt = s.bias_f32 ? DType::f32 : dt;
+    for (Tensor t : {Tensor::bias, Tensor::dbias}) {
+      if (t == Tensor::dbias && !s.with_dbias) continue;
+      Buffer& b = host(t);
+      b = make_buffer(bdt, {bcast[0] ? 1 : full[0], bcast[1] ? 1 : full[1], bcast[2] ? 1 : full[2], bcast[3] ? 1 : full[3]}, P);
+      if (s.bias_expanded)
+        for (int d = 0; d < 4; ++d)
+          if (bcast[d]) {
+            b.view.sizes[d] = full[d];
+            b.view.strides[d] = 0;
+          }
+    }
+  }
+}
+
+Workload::~Workload() = default;
+
+TensorRef Workload::view(Tensor t, bool device) const {
+  TensorRef v = buffers_[int(t)].view;
+  if (device && device_ && v.defined()) v.data = device_->pointer(int(t));
+  return v;
+}
+
+ForwardArgs Workload::make_forward_args(bool device) const {
+  ForwardArgs a;
+  a.q = view(Tensor::q, device);
+  a.k = view(Tensor::k, device);
+  a.v = view(Tensor::v, device);
+  a.bias = view(Tensor::bias, device);
+  a.out = view(Tensor::out, device);
+  a.lse = view(Tensor::lse, device);
+  a.mask = spec_.mask;
+  a.dropout = spec_.dropout;
+  a.scale = spec_.scale;
+  a.backend = spec_.backend;
+  if (spec_.varlen()) {
+    a.varlen.num_seqs = spec_.num_seqs();
+    const bool dev = device && device_;
+    a.varlen.seqstart_q = dev ? device_->seqstart_q() : seqstart_q_.data();
+    a.varlen.seqstart_k = dev ? device_->seqstart_k() : seqstart_k_.data();
+    if (!seqused_k_.empty()) a.varlen.seqused_k = dev ? device_->seqused_k() : seqused_k_.data();
+  }
+  return a;
+}
+
+BackwardArgs Workload::make_backward_args(bool device) const {
+  const ForwardArgs f = make_forward_args(device);
+  BackwardArgs a;
+  static_cast<Options&>(a) = static_cast<const Options&>(f);
+  a.q = f.q;
+  a.k = f.k;
+  a.v = f.v;
+  a.bias = f.bias;
+  a.out = f.out;
+  a.lse = f.lse;
+  a.dout = view(Tensor::dout, device);
+  a.dq = view(Tensor::dq, device);
+  a.dk = view(Tensor::dk, device);
+  a.dv = view(Tensor::dv, device);
+  a.dbias = view(Tensor::dbias, device);
+  a.deterministic = spec_.deterministic;
+  return a;
+}
+
+void Workload::fill_inputs(std::uint64_t seed) {
+  for (Tensor t : {Tensor::q, Tensor::k, Tensor::v, Tensor::bias, Tensor::dout}) {
+    Buffer& b = host(t);
+    if (!b.view.defined()) continue;
+    // Stride-0 views write the same element repeatedly; fill the underlying bytes instead.
+    const std::int64_t n = std::int64_t(b.bytes.size() / dtype_size(b.view.dtype));
+    const std::uint64_t tseed = mix(seed * 131 + std::uint64_t(t));
+#pragma omp parallel for schedule(static)
+    for (std::int64_t e = 0; e < n; ++e) detail::store_float(b.bytes.data(), b.view.dtype, e, normal(tseed, std::uint64_t(e)));
+  }
+  if (device_) copy_inputs_to_device();
+}
+
+void Workload::poison_outputs() {
+  for (Tensor t : {Tensor::out, Tensor::lse, Tensor::dq, Tensor::dk, Tensor::dv, Tensor::dbias}) {
+    Buffer& b = host(t);
+    if (!b.view.defined()) continue;
+    const std::int64_t n = std::int64_t(b.bytes.size() / dtype_size(b.view.dtype));
+    for (std::int64_t e = 0; e < n; ++e)
+      detail::store_float(b.bytes.data(), b.view.dtype, e, std::numeric_limits<float>::quiet_NaN());
+    if (device_) device_->upload(int(t), b.bytes.data(), b.bytes.size());
+  }
+}
+
+std::vector<double> Workload::to_double(Tensor t) const {
+  const Buffer& b = host(t);
+  std::vector<double> out(std::size_t(b.view.numel()));
+  for_each_element(b.view, [&](std::int64_t off, std::int64_t e) {
+    out[std::size_t(e)] = detail::load_float(b.bytes.data(), b.view.dtype, off);
+  });
+  return out;
+}
+
+std::vector<double> Workload::to_double_reduced(Tensor t) const {
+  const Buffer& b = host(t);
+  TensorRef v = b.view;
+  for (int d = 0; d < v.rank; ++d)
+    if (v.strides[d] == 0) v.sizes[d] = 1;
+  std::vector<double> out(std::size_t(v.numel()));
+  for_each_element(v, [&](std::int64_t off, std::int64_t e) {
+    out[std::size_t(e)] = detail::load_float(b.bytes.data(), v.dtype, off);
+  });
+  return out;
+}
+
+void Workload::set_values(Tensor t, const std::vector<double>& values) {
+  Buffer& b = host(t);
+  for_each_element(b.view, [&](std::int64_t off, std::int64_t e) {
+    detail::store_float(b.bytes.data(), b.view.dtype, off, float(values[std::size_t(e)]));
+  });
+}
+
+Status time_call(bool on_device, const std::function<Status()>& fn, double* ms) {
+  if (on_device) return Workload::Device::time_call(fn, ms);
+  const auto start = std::chrono::steady_clock::now();
+  const Status s = fn();
+  *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+double device_memory_in_use() { return Workload::Device::memory_in_use(); }
+
+Status Workload::to_device() {
+  if (device_) return Status::Ok();
+  std::unique_ptr<Device> dev;
+  if (Status s = Device::create(&dev); !s.ok()) return s;
+  for (int t = 0; t < int(Tensor::count); ++t)
+    if (buffers_[t].view.defined())
+      if (Status s = dev->allocate(t, buffers_[t].bytes.size()); !s.ok()) return s;
+  if (Status s = dev->set_varlen(seqstart_q_, seqstart_k_, seqused_k_); !s.ok()) return s;
+  device_ = std::move(dev);
+  if (Status s = copy_inputs_to_device(); !s.ok()) return s;
+  for (Tensor t : {Tensor::out, Tensor::lse, Tensor::dq, Tensor::dk, Tensor::dv, Tensor::dbias})
+    if (has(t))
+      if (Status s = device_->upload(int(t), host(t).bytes.data(), host(t).bytes.size()); !s.ok()) return s;
+  return Status::Ok();
+}
+
+Status Workload::copy_inputs_to_device() {
+  if (!device_) return Status::Ok();
+  for (Tensor t : {Tensor::q, Tensor::k, Tensor::v, Tensor::bias, Tensor::dout})
+    if (has(t))
+      if (Status s = device_->upload(int(t), host(t).bytes.data(), host(t).bytes.size()); !s.ok()) return s;
+  return Status::Ok();
+}
+
+Status Workload::copy_outputs_to_host() {
+  if (!device_) return Status::Ok();
+  for (Tensor t : {Tensor::out, Tensor::lse, Tensor::dq, Tensor::dk, Tensor::dv, Tensor::dbias})
+    if (has(t))
+      if (Status s = device_->download(int(t), host(t).bytes.data(), host(t).bytes.size()); !s.ok()) return s;
+  return Status::Ok();
+}
+
+std::size_t Workload::host_bytes() const {
+  std::size_t n = 0;
+  for (const Buffer& b : buffers_) n += b.bytes.size();
+  return n;
+}
+
+std::size_t Workload::device_bytes() const { return device_ ? host_bytes() : 0; }
+
+ErrorStats compare(const std::vector<double>& x, const std::vector<double>& ref) {
+  ErrorStats st;
+  double diff2 = 0, ref2 = 0;
+  for (std::size_t e = 0; e < ref.size() && e < x.size(); ++e) {
+    const double r = ref[e], v = x[e];
+    if (std::isnan(r)) continue;
+    ++st.compared;
+    if (std::isinf(r) || std::isinf(v) || std::isnan(v)) {
+      if (v != r) ++st.bad;
+      continue;
+    }
+    const double d = std::abs(v - r);
+    st.max_abs = std::max(st.max_abs, d);
+    diff2 += d * d;
+    ref2 += r * r;
+  }
+  if (x.size() != ref.size()) st.bad += std::int64_t(std::max(x.size(), ref.size()) - std::min(x.size(), ref.size()));
+  st.rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  return st;
+}
+
+double output_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 1e-5;
+    case DType::f16: return 3e-3;
+    case DType::bf16: return 2e-2;
+  }
+  return 0;
+}
+
+std::string format_bytes(double bytes) {
+  std::ostringstream s;
+  s.precision(3);
+  if (bytes >= 1 << 30) s << bytes / double(1 << 30) << " GiB";
+  else if (bytes >= 1 << 20) s << bytes / double(1 << 20) << " MiB";
+  else if (bytes >= 1 << 10) s << bytes / double(1 << 10) << " KiB";
+  else s << bytes << " B";
+  return s.str();
+}
+
+}  // namespace memattn::tools

@@ -1,0 +1,140 @@
+// Test and CLI support: build a problem from a spec, own its buffers (host, and a device mirror
+// in CUDA builds), fill inputs with random normals, poison outputs, and compare results.
+// Not part of the installed library.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memattn/attention.hpp"
+
+namespace memattn::tools {
+
+// Which bias dimensions (b, h, i, j) broadcast; the named kinds are those of the CLI's --bias.
+using BiasPattern = std::array<bool, 4>;
+enum class BiasKind { none, dense, broadcast_batch, broadcast_heads, row };
+const char* to_string(BiasKind kind);
+bool parse_bias_kind(const std::string& text, BiasKind* kind);
+std::optional<BiasPattern> bias_pattern(BiasKind kind);
+std::string describe_bias(const BiasPattern& pattern);
+
+struct ProblemSpec {
+  std::int64_t batch = 1;
+  std::int64_t seqlen_q = 128, seqlen_k = 128;
+  std::int64_t heads_q = 4, heads_k = 4;
+  std::int64_t head_dim = 64, head_dim_v = 64;
+  DType dtype = DType::bf16;
+  Mask mask;
+  std::optional<BiasPattern> bias;  // none: no bias
+  bool bias_f32 = false;       // bias in float32 instead of the dtype of q
+  bool bias_expanded = false;  // broadcast dims as full size with stride 0 (torch .expand style)
+  Dropout dropout;
+  std::optional<double> scale;
+  std::vector<std::int32_t> varlen_q, varlen_k;  // per-sequence lengths; empty = fixed lengths
+  std::vector<std::int32_t> seqused_k;           // optional, with varlen
+  bool kv_broadcast_batch = false;  // K and V with batch stride 0 (one K/V shared by the batch)
+  std::int64_t padding = 0;         // extra elements after each row and head: non-contiguous strides
+  bool with_lse = true;
+  bool with_dbias = true;  // when there is a bias
+  bool deterministic = false;
+  Backend backend = Backend::automatic;
+
+  bool varlen() const { return !varlen_q.empty(); }
+  std::int64_t num_seqs() const { return varlen() ? std::int64_t(varlen_q.size()) : batch; }
+  std::int64_t max_q() const;
+  std::int64_t max_k() const;
+  std::string describe() const;
+};
+
+// One tensor: its bytes and its view.
+struct Buffer {
+  std::vector<unsigned char> bytes;
+  TensorRef view;
+};
+
+enum class Tensor { q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, count };
+const char* to_string(Tensor t);
+
+class Workload {
+ public:
+  explicit Workload(const ProblemSpec& spec);
+  Workload(const Workload&) = delete;
+  Workload& operator=(const Workload&) = delete;
+  ~Workload();
+
+  const ProblemSpec& spec() const { return spec_; }
+
+  // Arguments pointing at the device mirror after to_device(), else at the host buffers.
+  ForwardArgs forward_args() const { return make_forward_args(on_device()); }
+  BackwardArgs backward_args() const { return make_backward_args(on_device()); }
+  // Arguments pointing at the host buffers (for the reference).
+  ForwardArgs host_forward_args() const { return make_forward_args(false); }
+  BackwardArgs host_backward_args() const { return make_backward_args(false); }
+
+  // Random normal inputs (q, k, v, bias, dout), a pure function of seed and element index.
+  void fill_inputs(std::uint64_t seed);
+  // NaN into every output buffer (out, lse, dq, dk, dv, dbias), host and device.
+  void poison_outputs();
+
+  Buffer& host(Tensor t) { return buffers_[int(t)]; }
+  const Buffer& host(Tensor t) const { return buffers_[int(t)]; }
+  bool has(Tensor t) const { return buffers_[int(t)].view.defined(); }
+
+  // Device mirror (CUDA builds): allocate, copy inputs over; args then point at the device.
+  Status to_device();
+  bool on_device() const { return device_ != nullptr; }
+  Status copy_outputs_to_host();
+  Status copy_inputs_to_device();
+  std::size_t device_bytes() const;
+  std::size_t host_bytes() const;
+
+  // Elements of an output (or input) gathered in contiguous order as float64.
+  std::vector<double> to_double(Tensor t) const;
+  // The same with broadcast (stride-0) dimensions taken once: dbias as the reference gives it.
+  std::vector<double> to_double_reduced(Tensor t) const;
+  // Sets a tensor's elements from values in contiguous order (rounded to its dtype), on the host;
+  // call copy_inputs_to_device() afterwards for a device mirror.
+  void set_values(Tensor t, const std::vector<double>& values);
+
+ private:
+  ForwardArgs make_forward_args(bool device) const;
+  BackwardArgs make_backward_args(bool device) const;
+  TensorRef view(Tensor t, bool device) const;
+  ProblemSpec spec_;
+  Buffer buffers_[int(Tensor::count)];
+  std::vector<std::int32_t> seqstart_q_, seqstart_k_, seqused_k_;
+
+ public:
+  struct Device;  // the CUDA mirror (device.hpp)
+
+ private:
+  std::unique_ptr<Device> device_;
+};
+
+// Error of x against ref: ref NaN marks elements that are not written (skipped); infinities must
+// match exactly; any NaN in x where ref is a number counts as unwritten.
+struct ErrorStats {
+  double max_abs = 0.0;
+  double rel_l2 = 0.0;        // ||x - ref|| / ||ref|| over finite ref elements
+  std::int64_t bad = 0;       // NaN where ref is a number, or infinities that differ
+  std::int64_t compared = 0;
+  bool ok(double tolerance) const { return bad == 0 && rel_l2 <= tolerance; }
+};
+ErrorStats compare(const std::vector<double>& x, const std::vector<double>& ref);
+
+// Relative-error limits of DESIGN.md §3 for outputs; gradients get twice these.
+double output_tolerance(DType dtype);
+
+std::string format_bytes(double bytes);
+
+// Runs fn once and measures it: CUDA events around it when on_device, else the host clock.
+Status time_call(bool on_device, const std::function<Status()>& fn, double* ms);
+// Peak device memory in use (bytes) as the CUDA runtime sees it; 0 without CUDA.
+double device_memory_in_use();
+
+}  // namespace memattn::tools
