@@ -93,3 +93,25 @@ if(MEMATTN_BUILD_TESTS)
     add_library(GTest::gtest_main ALIAS gtest_main)
   endif()
 endif()
+
+# --- CUDA kernel families ------------------------------------------------------------------------
+# Each family compiles for its own targets. sm80 (mma.sync) runs on Ampere and, as SASS built for
+# sm_90, on Hopper; its PTX lets the driver JIT it for newer GPUs (sm_100, sm_120). sm90 needs
+# the arch-specific sm_90a target for wgmma and setmaxnreg.
+set(MEMATTN_SM80_SASS "80;90" CACHE STRING "SASS targets for the sm80 family (PTX for compute_80 is always added)")
+
+function(memattn_family_options family out_var)
+  if(family STREQUAL "80")
+    set(opts)
+    foreach(sm IN LISTS MEMATTN_SM80_SASS)
+      list(APPEND opts "-gencode=arch=compute_80,code=sm_${sm}")
+    endforeach()
+    list(APPEND opts "-gencode=arch=compute_80,code=compute_80")
+  elseif(family STREQUAL "90")
+    set(opts "-gencode=arch=compute_90a,code=sm_90a")
+  else()
+    message(FATAL_ERROR "memattn: unknown kernel family '${family}' in MEMATTN_CUDA_ARCHS (use 80 and/or 90)")
+  endif()
+  list(APPEND opts --expt-relaxed-constexpr -Xptxas=--warn-on-spills)
+  set(${out_var} "${opts}" PARENT_SCOPE)
+endfunction()

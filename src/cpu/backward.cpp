@@ -30,7 +30,7 @@ constexpr float kPosInf = std::numeric_limits<float>::infinity();
 
 // Per-row inputs of the backward, laid out [tensor batch, row, head] like Q's rows.
 struct RowStats {
-  std::vector<float> lse2;   // LSE * log2(e); +inf for rows with no visible key so that P = 0
+  std::vector<float> lse;    // +inf for rows with no visible key, so that P = exp(S - LSE) = 0
   std::vector<float> delta;  // rowsum(dO * O)
   std::int64_t rows_per_batch = 0, heads = 0;
   std::int64_t index(std::int64_t batch, std::int64_t row, std::int64_t h) const {
@@ -43,7 +43,7 @@ RowStats row_stats(const BackwardArgs& a, const detail::Problem& p) {
   st.rows_per_batch = a.q.sizes[1];
   st.heads = p.heads_q;
   const std::int64_t n = a.q.sizes[0] * st.rows_per_batch * st.heads;
-  st.lse2.assign(std::size_t(n), kPosInf);
+  st.lse.assign(std::size_t(n), kPosInf);
   st.delta.assign(std::size_t(n), 0.0f);
   const std::int64_t Dv = p.head_dim_v;
 #pragma omp parallel
@@ -64,7 +64,7 @@ RowStats row_stats(const BackwardArgs& a, const detail::Problem& p) {
               a.lse.data)[seq.batch * a.lse.strides[0] + h * a.lse.strides[1] + row * a.lse.strides[2]];
           const std::int64_t idx = st.index(seq.batch, row, h);
           st.delta[idx] = dot;
-          st.lse2[idx] = lse == kNegInf ? kPosInf : lse * kLog2e;
+          st.lse[idx] = lse == kNegInf ? kPosInf : lse;
         }
     }
   }
@@ -73,12 +73,12 @@ RowStats row_stats(const BackwardArgs& a, const detail::Problem& p) {
 
 // Scratch for one tile pair; sized for the largest tiles.
 struct Scratch {
-  std::vector<float> qs, dob, kt, krows, vt, s, dp, keep, dk, dv, row_buf, lse2, delta;
+  std::vector<float> qs, dob, kt, krows, vt, s, dp, keep, dk, dv, row_buf, lse, delta;
   Scratch(const detail::Problem& p, const Tiling& t)
       : qs(t.rows * p.head_dim), dob(t.rows * p.head_dim_v), kt(p.head_dim * t.cols), krows(t.cols * p.head_dim),
         vt(p.head_dim_v * t.cols), s(t.rows * t.cols), dp(t.rows * t.cols), keep(t.rows * t.cols),
         dk(t.cols * p.head_dim), dv(t.cols * p.head_dim_v),
-        row_buf(std::max(std::max(p.head_dim, p.head_dim_v), t.cols)), lse2(t.rows), delta(t.rows) {}
+        row_buf(std::max(std::max(p.head_dim, p.head_dim_v), t.cols)), lse(t.rows), delta(t.rows) {}
 };
 
 // Loads the keys and values of one key tile: K^T, K and V^T.
@@ -89,15 +89,15 @@ void load_key_tile(const BackwardArgs& a, const detail::Problem& p, const detail
   load_rows_transposed(a.v, seq.batch, seq.k_begin + j0, cols, BK, hk, 1.0f, w.row_buf.data(), w.vt.data(), BK);
 }
 
-// Loads the queries (scaled by scale * log2 e), dO and row statistics of one query tile.
+// Loads the queries (times scale), dO and row statistics of one query tile.
 void load_query_tile(const BackwardArgs& a, const detail::Problem& p, const RowStats& st,
                      const detail::Sequence& seq, std::int64_t h, std::int64_t i0, std::int64_t rows,
                      Scratch& w) {
-  load_rows(a.q, seq.batch, seq.q_begin + i0, rows, rows, h, float(p.scale) * kLog2e, w.qs.data(), p.head_dim);
+  load_rows(a.q, seq.batch, seq.q_begin + i0, rows, rows, h, float(p.scale), w.qs.data(), p.head_dim);
   load_rows(a.dout, seq.batch, seq.q_begin + i0, rows, rows, h, 1.0f, w.dob.data(), p.head_dim_v);
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t idx = st.index(seq.batch, seq.q_begin + i0 + r, h);
-    w.lse2[r] = st.lse2[idx];
+    w.lse[r] = st.lse[idx];
     w.delta[r] = st.delta[idx];
   }
 }
@@ -108,19 +108,21 @@ void gradient_tile(const BackwardArgs& a, const detail::Problem& p, const detail
                    const TileCoords& t, std::int64_t BK, Scratch& w) {
   const TileLayout layout{BK, 1};
   gemm(t.rows, BK, p.head_dim, w.qs.data(), {p.head_dim, 1}, w.kt.data(), BK, w.s.data(), BK, false);
-  finish_scores(p, a.bias, rule, t, BK, layout, w.s.data(), w.row_buf.data());
+  finish_scores(p, a.bias, rule, t, BK, layout, 1.0f, w.s.data(), w.row_buf.data());
   gemm(t.rows, BK, p.head_dim_v, w.dob.data(), {p.head_dim_v, 1}, w.vt.data(), BK, w.dp.data(), BK, false);
   const float keep_scale = float(1.0 / (1.0 - p.dropout_p));
   if (p.has_dropout()) dropout_tile(p, t, BK, layout, w.keep.data());
   for (std::int64_t r = 0; r < t.rows; ++r) {
     float* srow = w.s.data() + r * BK;
     float* dprow = w.dp.data() + r * BK;
-    const float lse2 = w.lse2[r], delta = w.delta[r];
+    // P = exp(S - LSE), subtracting in the natural domain: in base 2 the larger magnitudes would
+    // double LSE's rounding error.
+    const float lse = w.lse[r], delta = w.delta[r];
     if (p.has_dropout()) {
       const float* krow = w.keep.data() + r * BK;
 #pragma omp simd
       for (std::int64_t c = 0; c < BK; ++c) {
-        const float prob = exp2_fast(srow[c] - lse2);
+        const float prob = exp2_fast((srow[c] - lse) * kLog2e);
         const float z = krow[c] * keep_scale;
         dprow[c] = prob * (z * dprow[c] - delta);
         srow[c] = prob * z;
@@ -128,7 +130,7 @@ void gradient_tile(const BackwardArgs& a, const detail::Problem& p, const detail
     } else {
 #pragma omp simd
       for (std::int64_t c = 0; c < BK; ++c) {
-        const float prob = exp2_fast(srow[c] - lse2);
+        const float prob = exp2_fast((srow[c] - lse) * kLog2e);
         dprow[c] = prob * (dprow[c] - delta);
         srow[c] = prob;
       }
@@ -173,8 +175,8 @@ void run_main_task(const BackwardArgs& a, const detail::Problem& p, const Tiling
         gemm(rows, D, BK, w.dp.data(), {BK, 1}, w.krows.data(), D, dq + (g * seq.q_len + i0) * D, D, true);
       }
     }
-    // dK = scale * dS^T Q; qs carried scale * log2(e), so divide the log2(e) back out.
-    store_rows(a.dk, seq.batch, seq.k_begin + j0, cols, task.hk, w.dk.data(), D, 1.0f / kLog2e);
+    // dK = scale * dS^T Q, and qs carried the scale.
+    store_rows(a.dk, seq.batch, seq.k_begin + j0, cols, task.hk, w.dk.data(), D, 1.0f);
     store_rows(a.dv, seq.batch, seq.k_begin + j0, cols, task.hk, w.dv.data(), Dv, 1.0f);
   }
   if (!partial)
@@ -295,7 +297,6 @@ void run_bias_task(const BackwardArgs& a, const detail::Problem& p, const Tiling
       }
     }
   }
-  // dS is the gradient of the natural-log scores; the log2 scaling only entered the exponent.
   for (std::int64_t r = 0; r < out_rows; ++r) {
     const std::int64_t i = bc[2] ? 0 : task.it * BQ + r;
     const std::int64_t off = bias_offset(a.dbias, bc, task.ob, task.oh, i, bc[3] ? 0 : task.jt * BK);

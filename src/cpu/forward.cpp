@@ -91,7 +91,7 @@ void run_task(const ForwardArgs& a, const detail::Problem& p, const Tiling& tili
     const TileCoords t{task.b, task.h, task.i0, R, j0, cols};
     load_rows(a.k, seq.batch, seq.k_begin + j0, cols, cols, hk, 1.0f, w.krows.data(), D);
     gemm(cols, R, D, w.krows.data(), {D, 1}, w.qt.data(), R, w.st.data(), R, false);
-    finish_scores(p, a.bias, rule, t, cols, transposed, w.st.data(), w.row_buf.data());
+    finish_scores(p, a.bias, rule, t, cols, transposed, kLog2e, w.st.data(), w.row_buf.data());
     online_softmax(R, cols, Dv, w);
     if (p.has_dropout()) {
       dropout_tile(p, t, cols, transposed, w.keep.data());

@@ -1,5 +1,6 @@
 // The parts of a score tile that the CPU forward and backward share: adding the bias and applying
-// the mask to S2 = log2(e) * (scale * Q K^T + bias), and the dropout keep mask of a tile. The tile
+// the mask to scores u * (scale * Q K^T + bias), where the unit u is log2(e) in the forward (whose
+// online softmax works in base 2) and 1 in the backward; and the dropout keep mask of a tile. The tile
 // may be stored either way round (the forward keeps S^T, the backward S): element (r, c) of query
 // row r and key column c lives at s[r * layout.row + c * layout.col].
 #pragma once
@@ -29,10 +30,10 @@ struct TileLayout {
   std::int64_t row, col;  // strides of a query row and a key column
 };
 
-// Adds log2(e) * bias and sets masked elements (and key columns at or past t.cols, up to
-// tile_cols) to -inf. row_buf: tile_cols floats of scratch.
+// Adds unit * bias and sets masked elements (and key columns at or past t.cols, up to tile_cols)
+// to -inf. row_buf: tile_cols floats of scratch.
 inline void finish_scores(const detail::Problem& p, const TensorRef& bias, const detail::MaskRule& rule,
-                          const TileCoords& t, std::int64_t tile_cols, TileLayout layout, float* s,
+                          const TileCoords& t, std::int64_t tile_cols, TileLayout layout, float unit, float* s,
                           float* row_buf) {
   if (p.has_bias) {
     const std::int64_t jstride = p.bias_broadcast[3] ? 0 : bias.strides[3];
@@ -40,10 +41,10 @@ inline void finish_scores(const detail::Problem& p, const TensorRef& bias, const
       const std::int64_t off = bias_offset(bias, p.bias_broadcast, t.b, t.h, t.i0 + r, t.j0);
       if (jstride == 1) {
         to_float(static_cast<const char*>(bias.data) + off * std::int64_t(dtype_size(bias.dtype)), bias.dtype,
-                 t.cols, kLog2e, row_buf);
+                 t.cols, unit, row_buf);
       } else {
         for (std::int64_t c = 0; c < t.cols; ++c)
-          row_buf[c] = kLog2e * detail::load_float(bias.data, bias.dtype, off + c * jstride);
+          row_buf[c] = unit * detail::load_float(bias.data, bias.dtype, off + c * jstride);
       }
       float* srow = s + r * layout.row;
       for (std::int64_t c = 0; c < t.cols; ++c) srow[c * layout.col] += row_buf[c];

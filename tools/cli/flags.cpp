@@ -28,6 +28,7 @@ Status parse_lengths(const std::string& text, const char* flag, std::vector<std:
 }  // namespace
 
 void add_problem_flags(CLI::App* app, ProblemFlags* f) {
+  app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   f->size_options[0] = app->add_option("--batch", f->batch, "Batch size B")->check(CLI::PositiveNumber);
   f->size_options[1] = app->add_option("--seqlen-q", f->seqlen_q, "Query sequence length Mq")->check(CLI::NonNegativeNumber);
   f->size_options[4] = app->add_option("--seqlen-k", f->seqlen_k, "Key sequence length Mk (default: Mq)")->check(CLI::NonNegativeNumber);
@@ -56,13 +57,13 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
 }
 
 void apply_backend_defaults(ProblemFlags* f, Backend backend) {
-  if (backend != Backend::cuda) return;
-  // A problem that fills an H100: 64M score elements per head group, D = 128.
+  // CPU: a problem that verifies in seconds. CUDA: one that fills an H100 (64 heads x 4096^2).
+  const bool gpu = backend == Backend::cuda;
   const auto unset = [&](int i) { return f->size_options[i] == nullptr || f->size_options[i]->count() == 0; };
-  if (unset(0)) f->batch = 4;
-  if (unset(1)) f->seqlen_q = 4096;
-  if (unset(2)) f->heads_q = 16;
-  if (unset(3)) f->head_dim = 128;
+  if (unset(0)) f->batch = gpu ? 4 : 1;
+  if (unset(1)) f->seqlen_q = gpu ? 4096 : 1024;
+  if (unset(2)) f->heads_q = gpu ? 16 : 8;
+  if (unset(3)) f->head_dim = gpu ? 128 : 64;
 }
 
 Status parse_backend(const std::string& text, Backend* backend) {

@@ -128,14 +128,19 @@ void fill_inputs(const LoadedInputs& in, tools::Workload* w) {
 Status save_results(const std::string& dir, const tools::Workload& w, bool forward, bool backward) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     return bad("--save: cannot create " + dir + ": " + std::strerror(errno));
-  std::vector<std::pair<tools::Tensor, const char*>> files;
+  // The inputs too, so that a saved folder can be given to --load.
+  std::vector<std::pair<tools::Tensor, const char*>> files = {
+      {tools::Tensor::q, "q.npy"}, {tools::Tensor::k, "k.npy"}, {tools::Tensor::v, "v.npy"}, {tools::Tensor::dout, "do.npy"}};
+  if (w.has(tools::Tensor::bias)) files.push_back({tools::Tensor::bias, "bias.npy"});
   if (forward) files.insert(files.end(), {{tools::Tensor::out, "out.npy"}, {tools::Tensor::lse, "lse.npy"}});
   if (backward) {
     files.insert(files.end(), {{tools::Tensor::dq, "dq.npy"}, {tools::Tensor::dk, "dk.npy"}, {tools::Tensor::dv, "dv.npy"}});
     if (w.has(tools::Tensor::dbias)) files.push_back({tools::Tensor::dbias, "dbias.npy"});
   }
   for (const auto& [tensor, name] : files)
-    if (Status s = tools::write_npy(dir + "/" + name, array_of(w, tensor, tensor == tools::Tensor::dbias)); !s.ok())
+    if (Status s = tools::write_npy(dir + "/" + name,
+                                    array_of(w, tensor, tensor == tools::Tensor::dbias || tensor == tools::Tensor::bias));
+        !s.ok())
       return s;
   return Status::Ok();
 }

@@ -21,8 +21,9 @@ Status load_inputs(const std::string& dir, tools::ProblemSpec* spec, LoadedInput
 // Copies the loaded arrays into the workload's input buffers, rounding to its dtype.
 void fill_inputs(const LoadedInputs& inputs, tools::Workload* workload);
 
-// Writes out.npy and lse.npy, and after a backward dq.npy, dk.npy, dv.npy (and dbias.npy).
-// bf16 results are written as float32 (numpy has no bf16).
+// Writes out.npy and lse.npy, and after a backward dq.npy, dk.npy, dv.npy (and dbias.npy); also
+// the inputs (q.npy k.npy v.npy do.npy, bias.npy) so that the folder can be given to --load.
+// bf16 arrays are written as float32 (numpy has no bf16).
 Status save_results(const std::string& dir, const tools::Workload& workload, bool forward, bool backward);
 
 }  // namespace memattn::cli

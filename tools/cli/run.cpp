@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "cli/npy_io.hpp"
@@ -48,6 +49,7 @@ reference::Progress progress_printer(const char* what) {
     const int percent = int(100 * done / std::max(total, 1ll));
     if (seconds > 2.0 && percent / 10 != *last / 10) {
       *last = percent;
+      std::cout.flush();
       std::fprintf(stderr, "  %s: %d%% (%.0f s)\n", what, percent, seconds);
     }
   };
@@ -93,44 +95,55 @@ void add_run_flags(CLI::App* app, RunOptions* o) {
   app->add_flag("--json", o->json, "Print one machine-readable result line on stdout");
 }
 
-int run_command(RunOptions& o) {
-  Backend backend = Backend::automatic;
-  if (Status s = parse_backend(o.problem.backend, &backend); !s.ok()) {
-    std::cerr << "error: " << s.message() << "\n";
-    return 2;
-  }
-  if (backend == Backend::automatic) backend = cuda_available() ? Backend::cuda : Backend::cpu;
+// Builds the problem for a backend: spec from the flags (or --load), inputs, device mirror.
+Status prepare(RunOptions& o, Backend backend, tools::ProblemSpec* spec, std::unique_ptr<tools::Workload>* w) {
   apply_backend_defaults(&o.problem, backend);
-
-  tools::ProblemSpec spec;
-  if (Status s = make_spec(o.problem, &spec); !s.ok()) {
-    std::cerr << "error: " << s.message() << "\n";
-    return 2;
-  }
+  if (Status s = make_spec(o.problem, spec); !s.ok()) return s;
   LoadedInputs loaded;
   if (!o.load_dir.empty())
-    if (Status s = load_inputs(o.load_dir, &spec, &loaded); !s.ok()) {
-      std::cerr << "error: " << s.message() << "\n";
-      return 2;
-    }
-  spec.backend = backend;
+    if (Status s = load_inputs(o.load_dir, spec, &loaded); !s.ok()) return s;
+  spec->backend = backend;
+  *w = std::make_unique<tools::Workload>(*spec);
+  if (!o.load_dir.empty()) fill_inputs(loaded, w->get());
+  else (*w)->fill_inputs(kInputSeed);
+  if (backend == Backend::cuda)
+    if (Status s = (*w)->to_device(); !s.ok()) return {s.code(), "backend cuda: " + s.message()};
+  (*w)->poison_outputs();
+  return Status::Ok();
+}
 
-  const bool do_fwd = o.pass != "bwd", do_bwd = o.pass != "fwd";
-  tools::Workload w(spec);
+int run_command(RunOptions& o) {
+  Backend requested = Backend::automatic;
+  if (Status s = parse_backend(o.problem.backend, &requested); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return 2;
+  }
   std::ostream& out = text(o);
   out << "memattn " << version() << " run\n";
-  out << "problem: " << spec.describe() << "\n";
-  if (!o.load_dir.empty()) fill_inputs(loaded, &w);
-  else w.fill_inputs(kInputSeed);
-  bool device = false;
-  if (backend == Backend::cuda) {
-    if (Status s = w.to_device(); !s.ok()) {
-      std::cerr << "error: backend cuda: " << s.message() << "\n";
-      return 2;
-    }
-    device = true;
+  // auto: the GPU when there is one and the CUDA backend can run the problem, else the CPU.
+  Backend backend = requested == Backend::automatic ? (cuda_available() ? Backend::cuda : Backend::cpu) : requested;
+  tools::ProblemSpec spec;
+  std::unique_ptr<tools::Workload> workload;
+  if (Status s = prepare(o, backend, &spec, &workload); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return 2;
   }
-  w.poison_outputs();
+  std::string plan;
+  if (requested == Backend::automatic && backend == Backend::cuda) {
+    const Status s = describe_plan(workload->forward_args(), &plan);
+    if (s.code() == StatusCode::unsupported) {
+      out << "note: the GPU cannot run this problem (" << s.message() << "); running on the CPU\n";
+      backend = Backend::cpu;
+      if (Status p = prepare(o, backend, &spec, &workload); !p.ok()) {
+        std::cerr << "error: " << p.message() << "\n";
+        return 2;
+      }
+    }
+  }
+  tools::Workload& w = *workload;
+  const bool device = backend == Backend::cuda;
+  const bool do_fwd = o.pass != "bwd", do_bwd = o.pass != "fwd";
+  out << "problem: " << spec.describe() << "\n";
 
   const auto fail = [&](const Status& s) {
     std::cerr << "error: " << s.to_string() << "\n";

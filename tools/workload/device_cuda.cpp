@@ -73,7 +73,7 @@ Status Workload::Device::set_varlen(const std::vector<std::int32_t>& sq, const s
   for (int a = 0; a < 3; ++a) {
     if (arrays[a]->empty()) continue;
     const std::size_t bytes = arrays[a]->size() * sizeof(std::int32_t);
-    if (Status s = check(cudaMalloc(&varlen[a], bytes), "cudaMalloc"); !s.ok()) return s;
+    if (Status s = check(cudaMalloc(reinterpret_cast<void**>(&varlen[a]), bytes), "cudaMalloc"); !s.ok()) return s;
     if (Status s = check(cudaMemcpy(varlen[a], arrays[a]->data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
         !s.ok())
       return s;

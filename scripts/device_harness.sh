@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The GPU harness, run on the device machine from the repository root (with .deps carried; see
+# scripts/bundle_deps.sh). Steps, all by default (choose with STEPS="build test ..."):
+#   build     configure and build for the GPU present with all cores
+#   test      every test (CPU and GPU) through CTest
+#   sanitize  compute-sanitizer memcheck, racecheck and synccheck on a small GPU subset
+#   run       the CLI's default problem (`memattn run --verify`) and SASS instruction counts
+#   bench     the benchmark suite (bench/bench.py) against PyTorch SDPA's backends
+# Logs and tables go to $OUT (at most 8 files come back from the device machine).
+set -uo pipefail
+out=${OUT:-/tmp/memattn-harness}
+mkdir -p "$out"
+steps=${STEPS:-build test sanitize run bench}
+build=${BUILD_DIR:-build-gpu}
+has() { [[ " $steps " == *" $1 "* ]]; }
+summary="$out/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+note "harness $(date -u '+%Y-%m-%d %H:%M UTC') commit ${MEMATTN_COMMIT:-unknown} steps: $steps"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$summary"
+
+if has build; then
+  {
+    nvcc --version | tail -2
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_ENABLE_CUDA=ON \
+      -DMEMATTN_DEPS_DIR="$PWD/.deps" ${CMAKE_ARGS:-} &&
+      cmake --build "$build" -j "$(nproc)"
+  } >"$out/build.log" 2>&1
+  rc=$?
+  note "build: exit $rc ($(grep -c 'warning' "$out/build.log") warning lines)"
+  [[ $rc -eq 0 ]] || { tail -n 40 "$out/build.log"; exit 1; }
+fi
+
+if has test; then
+  ctest --test-dir "$build" --output-on-failure -j 8 ${CTEST_ARGS:-} >"$out/tests.log" 2>&1
+  note "tests: exit $? — $(grep -E 'tests passed|tests failed' "$out/tests.log")"
+  grep -E "Failed|SKIPPED|\*\*\*" "$out/tests.log" | head -n 20 | tee -a "$summary"
+fi
+
+if has sanitize; then
+  : >"$out/sanitizer.log"
+  for tool in memcheck racecheck synccheck; do
+    for t in ${SANITIZE_TESTS:-"$build/tests/test_cuda_smoke"}; do
+      bin=${t%%:*}
+      filter=${t#*:}
+      [[ $filter == "$t" ]] && filter='*'
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$filter" >>"$out/sanitizer.log" 2>&1
+      note "compute-sanitizer $tool $(basename "$bin") [$filter]: exit $?"
+    done
+  done
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" | sort | uniq -c | tee -a "$summary"
+fi
+
+if has run; then
+  {
+    "$build/bin/memattn" run --verify ${RUN_ARGS:-}
+    echo "exit $?"
+    "$build/bin/memattn" kernels
+  } >"$out/run.log" 2>&1
+  note "memattn run --verify: $(grep -E '^result|^error|^exit' "$out/run.log" | tr '\n' ' ')"
+  for bin in "$build"/tests/test_cuda_*; do
+    echo "== $bin" >>"$out/run.log"
+    cuobjdump --list-elf "$bin" >>"$out/run.log" 2>&1
+    cuobjdump --list-ptx "$bin" >>"$out/run.log" 2>&1
+    cuobjdump -sass "$bin" 2>/dev/null | grep -oE '\b(HGMMA|HMMA|UTMALDG|LDSM|LDGSTS|STL|LDL)\b' | sort | uniq -c >>"$out/run.log"
+  done
+fi
+
+if has bench; then
+  PYTHONUNBUFFERED=1 python3 bench/bench.py --out "$out" --iters "${BENCH_ITERS:-20}" ${BENCH_ARGS:-} >"$out/bench.log" 2>&1
+  note "bench: exit $?"
+  tail -n 3 "$out/bench.log"
+fi
+cat "$summary"

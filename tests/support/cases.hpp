@@ -1,0 +1,22 @@
+// The problems every backend is checked on (DESIGN.md §3): awkward shapes (1, 17, 255, 1013,
+// Mq != Mk both ways, D not a multiple of 8, D > 256), every mask, every bias broadcast,
+// dropout, varlen with empty sequences and seqused_k, stride-0 K/V, non-contiguous strides,
+// fully masked rows, and combinations.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "workload/workload.hpp"
+
+namespace memattn::testing {
+
+struct NamedCase {
+  std::string name;  // a valid GoogleTest parameter name
+  tools::ProblemSpec spec;
+};
+
+// The cases with the given dtype and backend.
+std::vector<NamedCase> feature_cases(DType dtype, Backend backend);
+
+}  // namespace memattn::testing

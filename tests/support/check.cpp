@@ -1,0 +1,83 @@
+#include "support/check.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "memattn/reference.hpp"
+#include "support/naive.hpp"
+
+namespace memattn::testing {
+namespace {
+
+// Errors this small are rounding noise, below anything the 2x rule could tell apart: half an
+// ulp of the dtype at 1 (the naive path can be exact, e.g. with a single key).
+double error_floor(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 6e-8;
+    case DType::f16: return 4.9e-4;
+    case DType::bf16: return 3.9e-3;
+  }
+  return 0;
+}
+
+void expect_close(const char* name, const std::vector<double>& got, const std::vector<double>& naive,
+                  const std::vector<double>& ref, double tolerance, DType dtype, std::uint64_t seed) {
+  const tools::ErrorStats err = tools::compare(got, ref);
+  const tools::ErrorStats naive_err = tools::compare(naive, ref);
+  EXPECT_EQ(err.bad, 0) << name << ": " << err.bad << " elements unwritten (NaN) or wrong infinities; seed " << seed;
+  EXPECT_LE(err.rel_l2, tolerance) << name << ": relative error over the limit; seed " << seed;
+  EXPECT_LE(err.rel_l2, 2 * naive_err.rel_l2 + error_floor(dtype))
+      << name << ": error " << err.rel_l2 << " is more than 2x the naive " << to_string(dtype)
+      << " implementation's " << naive_err.rel_l2 << "; seed " << seed;
+  if (const char* v = std::getenv("MEMATTN_TEST_VERBOSE"); v && *v == '1')
+    std::printf("    %-5s rel %.3e  naive %.3e  ratio %.2f\n", name, err.rel_l2, naive_err.rel_l2,
+                naive_err.rel_l2 > 0 ? err.rel_l2 / naive_err.rel_l2 : 0.0);
+}
+
+}  // namespace
+
+std::uint64_t next_seed() {
+  static std::atomic<std::uint64_t> counter{std::uint64_t(
+      std::chrono::steady_clock::now().time_since_epoch().count())};
+  return counter.fetch_add(0x9E3779B97F4A7C15ull);
+}
+
+void check_case(const tools::ProblemSpec& spec, const CheckOptions& options) {
+  SCOPED_TRACE(spec.describe());
+  const std::uint64_t seed = next_seed();
+  tools::Workload w(spec);
+  w.fill_inputs(seed);
+  if (spec.backend == Backend::cuda) ASSERT_TRUE(w.to_device().ok());
+  w.poison_outputs();
+  const Status fs = forward(w.forward_args());
+  ASSERT_TRUE(fs.ok()) << fs.to_string();
+  ASSERT_TRUE(w.copy_outputs_to_host().ok());
+
+  reference::ForwardResult ref;
+  ASSERT_TRUE(reference::forward(w.host_forward_args(), &ref).ok());
+  const NaiveForward naive = naive_forward(w);
+  const double tol = tools::output_tolerance(spec.dtype);
+  expect_close("out", w.to_double(tools::Tensor::out), naive.out, ref.out, tol, spec.dtype, seed);
+  if (w.has(tools::Tensor::lse)) {
+    const tools::ErrorStats lse = tools::compare(w.to_double(tools::Tensor::lse), ref.lse);
+    EXPECT_EQ(lse.bad, 0) << "lse: unwritten or wrong infinities; seed " << seed;
+    EXPECT_LE(lse.rel_l2, 1e-5) << "lse; seed " << seed;
+  }
+  if (!options.backward) return;
+
+  const Status bs = backward(w.backward_args());
+  ASSERT_TRUE(bs.ok()) << bs.to_string();
+  ASSERT_TRUE(w.copy_outputs_to_host().ok());
+  reference::BackwardResult bref;
+  ASSERT_TRUE(reference::backward(w.host_backward_args(), &bref).ok());
+  const NaiveBackward nb = naive_backward(w);
+  expect_close("dq", w.to_double(tools::Tensor::dq), nb.dq, bref.dq, 2 * tol, spec.dtype, seed);
+  expect_close("dk", w.to_double(tools::Tensor::dk), nb.dk, bref.dk, 2 * tol, spec.dtype, seed);
+  expect_close("dv", w.to_double(tools::Tensor::dv), nb.dv, bref.dv, 2 * tol, spec.dtype, seed);
+  if (w.has(tools::Tensor::dbias))
+    expect_close("dbias", w.to_double_reduced(tools::Tensor::dbias), nb.dbias, bref.dbias, 2 * tol, spec.dtype, seed);
+}
+
+}  // namespace memattn::testing

@@ -1,0 +1,22 @@
+// Checks one problem end to end (DESIGN.md §3): fresh random inputs, poisoned outputs, forward
+// then backward on the spec's backend, every output compared with the float64 reference, and
+// each error held within 2x of the naive same-dtype implementation's error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "workload/workload.hpp"
+
+namespace memattn::testing {
+
+struct CheckOptions {
+  bool backward = true;
+};
+
+// Fresh seed for every call, so each test run draws new inputs (printed on failure).
+std::uint64_t next_seed();
+
+void check_case(const tools::ProblemSpec& spec, const CheckOptions& options = {});
+
+}  // namespace memattn::testing

@@ -1,0 +1,88 @@
+// .npy reading and writing.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "workload/npy.hpp"
+
+namespace memattn::tools {
+namespace {
+
+std::string temp_path(const char* name) { return ::testing::TempDir() + name; }
+
+TEST(Npy, Float32RoundTrip) {
+  const std::vector<float> values = {1.5f, -2.25f, 3e-8f, 65504.0f, -0.0f, 7.0f};
+  const std::string path = temp_path("f32.npy");
+  ASSERT_TRUE(write_npy(path, make_npy_f32({2, 1, 3}, values)).ok());
+  NpyArray a;
+  ASSERT_TRUE(read_npy(path, &a).ok());
+  EXPECT_EQ(a.descr, "<f4");
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 1, 3}));
+  for (std::size_t e = 0; e < values.size(); ++e) EXPECT_EQ(a.get(std::int64_t(e)), values[e]);
+}
+
+TEST(Npy, OneDimensionalAndScalarShapes) {
+  const std::string path = temp_path("vec.npy");
+  ASSERT_TRUE(write_npy(path, make_npy_f32({4}, {1, 2, 3, 4})).ok());
+  NpyArray a;
+  ASSERT_TRUE(read_npy(path, &a).ok());
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{4}));
+  std::ifstream in(path, std::ios::binary);
+  std::string header(128, '\0');
+  in.read(&header[0], 128);
+  EXPECT_NE(header.find("'shape': (4,)"), std::string::npos) << "a 1-tuple needs its comma";
+  EXPECT_EQ(header.find('\n') % 64, 63u) << "header must pad to a multiple of 64 bytes";
+}
+
+// Files as numpy writes them (float16, float64, int32; version 1.0 and 2.0 headers).
+void write_raw(const std::string& path, int version, const std::string& dict, const void* data, std::size_t bytes) {
+  std::string header = dict;
+  const std::size_t prefix = version == 1 ? 10 : 12;
+  header.append((64 - (prefix + header.size() + 1) % 64) % 64, ' ');
+  header.push_back('\n');
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY", 6);
+  const char ver[2] = {char(version), 0};
+  out.write(ver, 2);
+  const std::uint32_t len = std::uint32_t(header.size());
+  out.write(reinterpret_cast<const char*>(&len), version == 1 ? 2 : 4);
+  out.write(header.data(), std::streamsize(header.size()));
+  out.write(static_cast<const char*>(data), std::streamsize(bytes));
+}
+
+TEST(Npy, ReadsFloat16Float64Int32) {
+  const std::uint16_t halves[2] = {0x3c00, 0xc000};  // 1, -2
+  write_raw(temp_path("f2.npy"), 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (2,), }", halves, 4);
+  const double doubles[3] = {0.5, 1e300, -3};
+  write_raw(temp_path("f8.npy"), 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 3), }", doubles, 24);
+  const std::int32_t ints[2] = {7, -9};
+  write_raw(temp_path("i4.npy"), 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", ints, 8);
+  NpyArray a;
+  ASSERT_TRUE(read_npy(temp_path("f2.npy"), &a).ok());
+  EXPECT_EQ(a.get(0), 1.0);
+  EXPECT_EQ(a.get(1), -2.0);
+  ASSERT_TRUE(read_npy(temp_path("f8.npy"), &a).ok());
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{1, 3}));
+  EXPECT_EQ(a.get(1), 1e300);
+  ASSERT_TRUE(read_npy(temp_path("i4.npy"), &a).ok());
+  EXPECT_EQ(a.get(1), -9.0);
+}
+
+TEST(Npy, RejectsBadFiles) {
+  NpyArray a;
+  EXPECT_FALSE(read_npy(temp_path("missing.npy"), &a).ok());
+  std::ofstream(temp_path("junk.npy")) << "not numpy at all";
+  EXPECT_NE(read_npy(temp_path("junk.npy"), &a).message().find("not a .npy"), std::string::npos);
+  const float f[2] = {1, 2};
+  write_raw(temp_path("fortran.npy"), 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", f, 8);
+  EXPECT_NE(read_npy(temp_path("fortran.npy"), &a).message().find("Fortran"), std::string::npos);
+  write_raw(temp_path("u8.npy"), 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2,), }", f, 2);
+  EXPECT_NE(read_npy(temp_path("u8.npy"), &a).message().find("not supported"), std::string::npos);
+  write_raw(temp_path("short.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", f, 8);
+  EXPECT_NE(read_npy(temp_path("short.npy"), &a).message().find("shorter"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace memattn::tools

@@ -1,0 +1,235 @@
+// Bad input: a clear error naming the argument, before anything runs, with outputs untouched.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+
+#include "support/check.hpp"
+#include "workload/workload.hpp"
+
+namespace memattn::testing {
+namespace {
+
+tools::ProblemSpec good_spec() {
+  tools::ProblemSpec s;
+  s.batch = 2;
+  s.seqlen_q = 9;
+  s.seqlen_k = 11;
+  s.heads_q = 4;
+  s.heads_k = 2;
+  s.head_dim = 8;
+  s.head_dim_v = 6;
+  s.dtype = DType::bf16;
+  s.bias = tools::bias_pattern(tools::BiasKind::dense);
+  s.backend = Backend::cpu;
+  return s;
+}
+
+struct Outputs {
+  std::vector<std::vector<unsigned char>> bytes;
+  explicit Outputs(const tools::Workload& w) {
+    for (tools::Tensor t : {tools::Tensor::out, tools::Tensor::lse, tools::Tensor::dq, tools::Tensor::dk,
+                            tools::Tensor::dv, tools::Tensor::dbias})
+      bytes.push_back(w.host(t).bytes);
+  }
+};
+
+// Applies `breakit` to valid forward and backward args; both calls must fail with `code`, name
+// `needle` in the message, and leave every output byte as it was.
+void expect_rejected(const std::function<void(ForwardArgs&)>& fwd_break,
+                     const std::function<void(BackwardArgs&)>& bwd_break, const std::string& needle,
+                     StatusCode code = StatusCode::invalid_argument, tools::ProblemSpec spec = good_spec()) {
+  tools::Workload w(spec);
+  w.fill_inputs(next_seed());
+  w.poison_outputs();
+  const Outputs before(w);
+  if (fwd_break) {
+    ForwardArgs a = w.forward_args();
+    fwd_break(a);
+    const Status s = forward(a);
+    EXPECT_EQ(s.code(), code) << s.to_string();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << "message: " << s.message();
+  }
+  if (bwd_break) {
+    BackwardArgs a = w.backward_args();
+    bwd_break(a);
+    const Status s = backward(a);
+    EXPECT_EQ(s.code(), code) << s.to_string();
+    EXPECT_NE(s.message().find(needle), std::string::npos) << "message: " << s.message();
+  }
+  EXPECT_TRUE(Outputs(w).bytes == before.bytes) << "an output was written";
+}
+
+TEST(Validation, ValidArgumentsPass) {
+  tools::Workload w(good_spec());
+  w.fill_inputs(next_seed());
+  EXPECT_TRUE(validate(w.forward_args()).ok());
+  EXPECT_TRUE(validate(w.backward_args()).ok());
+}
+
+TEST(Validation, NullPointer) {
+  expect_rejected([](ForwardArgs& a) { a.k.data = nullptr; }, [](BackwardArgs& a) { a.dout.data = nullptr; },
+                  "data pointer is null");
+  expect_rejected([](ForwardArgs& a) { a.out.data = nullptr; }, [](BackwardArgs& a) { a.dk.data = nullptr; }, "null");
+}
+
+TEST(Validation, WrongRank) {
+  expect_rejected([](ForwardArgs& a) { a.q.rank = 3; }, [](BackwardArgs& a) { a.lse.rank = 4; }, "rank");
+}
+
+TEST(Validation, DtypeMismatch) {
+  expect_rejected([](ForwardArgs& a) { a.v.dtype = DType::f16; }, [](BackwardArgs& a) { a.dq.dtype = DType::f32; },
+                  "dtype");
+  expect_rejected([](ForwardArgs& a) { a.lse.dtype = DType::bf16; }, nullptr, "lse: dtype");
+  expect_rejected([](ForwardArgs& a) { a.bias.dtype = DType::f16; }, nullptr, "bias: dtype");
+  expect_rejected([](ForwardArgs& a) { a.q.dtype = DType(7); }, nullptr, "unknown dtype");
+}
+
+TEST(Validation, ShapeMismatch) {
+  expect_rejected([](ForwardArgs& a) { a.k.sizes[3] = 7; }, [](BackwardArgs& a) { a.dv.sizes[1] = 3; }, "expected");
+  expect_rejected([](ForwardArgs& a) { a.out.sizes[2] = 2; }, [](BackwardArgs& a) { a.dout.sizes[3] = 5; }, "expected");
+  expect_rejected([](ForwardArgs& a) { a.lse.sizes[2] = 8; }, nullptr, "lse: expected");
+  expect_rejected([](ForwardArgs& a) { a.q.sizes[0] = -1; }, nullptr, "negative size");
+}
+
+TEST(Validation, HeadsNotAMultiple) {
+  expect_rejected([](ForwardArgs& a) { a.k.sizes[2] = a.v.sizes[2] = 3; }, nullptr, "multiple of kv heads");
+}
+
+TEST(Validation, HeadDimOutOfRange) {
+  expect_rejected([](ForwardArgs& a) { a.q.sizes[3] = a.k.sizes[3] = 65537; }, nullptr, "outside [1, 65536]");
+}
+
+TEST(Validation, LastDimensionNotContiguous) {
+  expect_rejected([](ForwardArgs& a) { a.q.strides[3] = 2; }, [](BackwardArgs& a) { a.dq.strides[3] = 2; },
+                  "contiguous");
+}
+
+TEST(Validation, NegativeStride) {
+  expect_rejected([](ForwardArgs& a) { a.k.strides[1] = -a.k.strides[1]; }, nullptr, "negative");
+}
+
+TEST(Validation, OverlappingOutputs) {
+  expect_rejected([](ForwardArgs& a) { a.out.strides[1] = 0; }, [](BackwardArgs& a) { a.dk.strides[0] = 0; },
+                  "overlap");
+  expect_rejected([](ForwardArgs& a) { a.out.strides[2] = 1; }, nullptr, "overlap");
+}
+
+TEST(Validation, SizesOverflowInt64) {
+  expect_rejected(
+      [](ForwardArgs& a) {
+        a.q.sizes[1] = std::int64_t(1) << 40;
+        a.q.strides[1] = std::int64_t(1) << 40;
+      },
+      nullptr, "overflow");
+}
+
+TEST(Validation, BiasDoesNotBroadcast) {
+  expect_rejected([](ForwardArgs& a) { a.bias.sizes[3] = 5; }, nullptr, "bias: dimension 3");
+  expect_rejected([](ForwardArgs& a) { a.bias.sizes[0] = 3; }, nullptr, "bias: dimension 0");
+}
+
+TEST(Validation, DbiasWithoutBiasOrWrongShape) {
+  expect_rejected(nullptr, [](BackwardArgs& a) { a.bias = TensorRef{}; }, "dbias: given without a bias");
+  expect_rejected(nullptr, [](BackwardArgs& a) { a.dbias.sizes[2] = 1; }, "dbias: expected");
+}
+
+TEST(Validation, DbiasMustSumBroadcastDimensions) {
+  tools::ProblemSpec s = good_spec();
+  s.bias = tools::bias_pattern(tools::BiasKind::broadcast_heads);
+  s.bias_expanded = true;
+  expect_rejected(nullptr, [](BackwardArgs& a) { a.dbias.strides[1] = 1; }, "dbias: dimension 1",
+                  StatusCode::invalid_argument, s);
+}
+
+TEST(Validation, LseRequiredByBackward) {
+  expect_rejected(nullptr, [](BackwardArgs& a) { a.lse = TensorRef{}; }, "lse: is required");
+}
+
+TEST(Validation, WindowValues) {
+  expect_rejected([](ForwardArgs& a) { a.mask.window_left = -2; }, nullptr, "mask.window_left");
+  expect_rejected(nullptr, [](BackwardArgs& a) { a.mask.window_right = -5; }, "mask.window_right");
+  expect_rejected([](ForwardArgs& a) { a.mask.alignment = Alignment(3); }, nullptr, "mask.alignment");
+}
+
+TEST(Validation, DropoutRange) {
+  expect_rejected([](ForwardArgs& a) { a.dropout.p = 1.0; }, [](BackwardArgs& a) { a.dropout.p = -0.1; },
+                  "dropout.p");
+  expect_rejected([](ForwardArgs& a) { a.dropout.p = std::numeric_limits<double>::quiet_NaN(); }, nullptr,
+                  "dropout.p");
+  expect_rejected(
+      [](ForwardArgs& a) {
+        a.dropout.p = 0.1;
+        a.dropout.offset = std::uint64_t(1) << 32;
+      },
+      nullptr, "dropout.offset");
+}
+
+TEST(Validation, ScaleMustBeFinite) {
+  expect_rejected([](ForwardArgs& a) { a.scale = std::numeric_limits<double>::infinity(); }, nullptr, "scale");
+}
+
+tools::ProblemSpec varlen_spec() {
+  tools::ProblemSpec s = good_spec();
+  s.bias.reset();
+  s.varlen_q = {3, 0, 5};
+  s.varlen_k = {4, 2, 6};
+  return s;
+}
+
+TEST(Validation, VarlenSeqstarts) {
+  static std::int32_t descending[4] = {0, 3, 2, 8};
+  static std::int32_t too_long[4] = {0, 4, 6, 13};
+  static std::int32_t negative[4] = {-1, 3, 3, 8};
+  static std::int32_t used[3] = {4, 3, 1};
+  const auto spec = varlen_spec();
+  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_q = descending; }, nullptr, "non-decreasing",
+                  StatusCode::invalid_argument, spec);
+  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_k = too_long; }, nullptr, "exceeds",
+                  StatusCode::invalid_argument, spec);
+  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_q = negative; }, nullptr, "negative",
+                  StatusCode::invalid_argument, spec);
+  expect_rejected(nullptr, [](BackwardArgs& a) { a.varlen.seqused_k = used; }, "varlen.seqused_k[1]",
+                  StatusCode::invalid_argument, spec);
+  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_k = nullptr; }, nullptr, "varlen.seqstart_k",
+                  StatusCode::invalid_argument, spec);
+  expect_rejected([](ForwardArgs& a) { a.varlen.num_seqs = 0; }, nullptr, "varlen.num_seqs",
+                  StatusCode::invalid_argument, spec);
+}
+
+TEST(Validation, VarlenNeedsPackedBatch) {
+  expect_rejected(
+      [](ForwardArgs& a) {
+        static std::int32_t starts[3] = {0, 4, 9};
+        a.varlen = Varlen{2, starts, starts, nullptr};
+      },
+      nullptr, "batch dimension must be 1");
+}
+
+TEST(Validation, WorkspaceTooSmallIsNotAskedOnCpu) {
+  // The CPU backend needs no workspace, so any size (even 0 with a pointer) is enough.
+  tools::Workload w(good_spec());
+  w.fill_inputs(next_seed());
+  ForwardArgs a = w.forward_args();
+  char scratch[4];
+  a.workspace = scratch;
+  a.workspace_bytes = 0;
+  std::size_t need = 1;
+  EXPECT_TRUE(forward_workspace_size(a, &need).ok());
+  EXPECT_EQ(need, 0u);
+  EXPECT_TRUE(forward(a).ok());
+}
+
+TEST(Validation, CudaBackendWithHostMemory) {
+  expect_rejected([](ForwardArgs& a) { a.backend = Backend::cuda; }, [](BackwardArgs& a) { a.backend = Backend::cuda; },
+                  "backend: cuda needs device memory");
+}
+
+TEST(Validation, StatusText) {
+  const Status s(StatusCode::invalid_argument, "q: bad");
+  EXPECT_EQ(s.to_string(), "invalid argument: q: bad");
+  EXPECT_EQ(Status::Ok().to_string(), "ok");
+}
+
+}  // namespace
+}  // namespace memattn::testing
