@@ -138,12 +138,14 @@ NaiveBackward naive_backward(const tools::Workload& w) {
         if (!c.probs(s, b, h, i, prob, &lse, &given)) continue;
         dp.assign(std::size_t(s.k_len), 0);
         float delta = 0;
+        for (std::int64_t e = 0; e < p.head_dim_v; ++e)
+          delta += c.rnd(c.at(tools::Tensor::dout, s.batch, m, h, e) * c.at(tools::Tensor::out, s.batch, m, h, e));
+        delta = c.rnd(delta);
         for (std::int64_t j = 0; j < s.k_len; ++j) {
           float acc = 0;
           for (std::int64_t e = 0; e < p.head_dim_v; ++e)
             acc += c.at(tools::Tensor::dout, s.batch, m, h, e) * c.at(tools::Tensor::v, s.batch, s.k_begin + j, hk, e);
           dp[j] = c.rnd(c.rnd(acc) * c.drop(b, h, i, j));
-          delta += prob[j] * dp[j];
         }
         std::vector<float> dq_row(std::size_t(p.head_dim), 0);
         for (std::int64_t j = 0; j < s.k_len; ++j) {

@@ -4,8 +4,9 @@
 // implementation's error (both measured against the float64 reference).
 //
 // The naive backward takes what the API's backward takes: it recomputes P = exp(S - LSE) from
-// the float32 LSE the forward returned (rounding LSE costs up to half an ulp of |LSE| in every
-// exponent, which no backward that receives a float32 LSE can avoid).
+// the float32 LSE the forward returned, and delta = rowsum(dO * O) from the forward's rounded O.
+// (Rounding LSE costs up to half an ulp of |LSE| in every exponent, and rounding O shifts delta,
+// which no backward that receives O and a float32 LSE can avoid.)
 #pragma once
 
 #include <vector>
