@@ -100,13 +100,36 @@ def sdpa(backend):
 
 
 def memattn_attend():
-    """memattn through its Python binding, on SDPA-layout tensors; None until it exists."""
+    """memattn on SDPA-layout tensors ([B, H, S, D], viewed as BMHK through strides) through the
+    benchmark binding (build/python/memattn_bench*.so); None when it is not built."""
     try:
-        import memattn  # noqa: F401  (the PyTorch op, issue 5)
+        import memattn_bench
     except ImportError:
         return None
-    return lambda q, k, v, bias, causal: memattn.scaled_dot_product_attention(q, k, v, attn_mask=bias,
-                                                                           is_causal=causal)
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+    def ref(t):
+        return None if t is None else (t.data_ptr(), names[t.dtype], list(t.shape), list(t.stride()))
+
+    def attend(q, k, v, bias, causal):
+        bmhk = [t.transpose(1, 2) for t in (q, k, v)]
+        out = torch.empty_like(bmhk[0])
+        lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+        err = memattn_bench.forward(*[ref(t) for t in bmhk], ref(out), ref(lse), ref(bias), causal,
+                                    torch.cuda.current_stream().cuda_stream)
+        if err:
+            raise RuntimeError(err)
+        return out.transpose(1, 2)
+    return attend
+
+
+def check_memattn(attend, cfg, inputs):
+    """memattn's output against FLASH/CUDNN/EFFICIENT on the same inputs; the max abs difference."""
+    q, k, v, _, bias = inputs
+    out = attend(q, k, v, bias, cfg["causal"])
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=cfg["causal"])
+    return (out.float() - ref.float()).abs().max().item()
 
 
 def fmt(x, digits=0):
@@ -135,6 +158,11 @@ def main():
         inputs = make_inputs(cfg, seed=1000 + n)
         res = dict(cfg)
         res["fwd_flops"] = flops_forward(cfg)
+        if impls[0][1] is not None:
+            try:
+                res["memattn_vs_sdpa_max_abs"] = check_memattn(impls[0][1], cfg, inputs)
+            except RuntimeError as e:
+                res["memattn_error"] = str(e)
         for name, attend in impls:
             timing = time_impl(attend, cfg, inputs, args.iters) if attend else None
             fwd, bwd = timing if timing else (None, None)
@@ -145,8 +173,9 @@ def main():
         del inputs
         torch.cuda.empty_cache()
         line = " ".join(f"{name} {fmt(res[name]['fwd_tflops'])}/{fmt(res[name]['bwd_tflops'])}" for name, _ in impls)
+        check = res.get("memattn_error") or f"max|memattn - sdpa| {res.get('memattn_vs_sdpa_max_abs', float('nan')):.2e}"
         print(f"[{n + 1}/{len(rows)}] {cfg['dtype']} D={cfg['D']} S={cfg['S']} causal={int(cfg['causal'])} "
-              f"bias={int(cfg['bias'])}: {line}", flush=True)
+              f"bias={int(cfg['bias'])}: {line}  ({check})", flush=True)
 
     names = [name for name, _ in impls]
     peers = names[1:]

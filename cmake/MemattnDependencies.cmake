@@ -98,7 +98,8 @@ endif()
 # Each family compiles for its own targets. sm80 (mma.sync) runs on Ampere and, as SASS built for
 # sm_90, on Hopper; its PTX lets the driver JIT it for newer GPUs (sm_100, sm_120). sm90 needs
 # the arch-specific sm_90a target for wgmma and setmaxnreg.
-set(MEMATTN_SM80_SASS "80;90" CACHE STRING "SASS targets for the sm80 family (PTX for compute_80 is always added)")
+set(MEMATTN_SM80_SASS "80;90" CACHE STRING "SASS targets for the sm80 family")
+option(MEMATTN_SM80_PTX "Embed compute_80 PTX in the sm80 family (the driver JITs it for GPUs newer than the SASS)" ON)
 
 function(memattn_family_options family out_var)
   if(family STREQUAL "80")
@@ -106,7 +107,9 @@ function(memattn_family_options family out_var)
     foreach(sm IN LISTS MEMATTN_SM80_SASS)
       list(APPEND opts "-gencode=arch=compute_80,code=sm_${sm}")
     endforeach()
-    list(APPEND opts "-gencode=arch=compute_80,code=compute_80")
+    if(MEMATTN_SM80_PTX)
+      list(APPEND opts "-gencode=arch=compute_80,code=compute_80")
+    endif()
   elseif(family STREQUAL "90")
     set(opts "-gencode=arch=compute_90a,code=sm_90a")
   else()

@@ -68,7 +68,7 @@ if has run; then
 fi
 
 if has bench; then
-  PYTHONUNBUFFERED=1 python3 bench/bench.py --out "$out" --iters "${BENCH_ITERS:-20}" ${BENCH_ARGS:-} >"$out/bench.log" 2>&1
+  PYTHONPATH="$PWD/$build/python:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 python3 bench/bench.py --out "$out" --iters "${BENCH_ITERS:-20}" ${BENCH_ARGS:-} >"$out/bench.log" 2>&1
   note "bench: exit $?"
   tail -n 3 "$out/bench.log"
 fi

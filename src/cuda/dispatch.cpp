@@ -1,24 +1,200 @@
-// CUDA dispatch: chooses a kernel-table row for a problem and launches it.
+// CUDA dispatch: fill the kernel parameters from the validated problem, walk the kernel table in
+// priority order, take the first row that fits, launch it. When none fits, say why per family.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
 #include "cuda/backend.hpp"
+#include "cuda/kernel_table.hpp"
+#include "memattn/kernels.hpp"
 
 namespace memattn::cuda {
 namespace {
-Status no_kernels() {
-  return {StatusCode::unsupported, "backend cuda: this build has no CUDA attention kernels yet"};
+
+constexpr double kLog2e = 1.4426950408889634;
+
+// What a problem needs from a kernel row.
+struct Need {
+  DType dtype;
+  int head_dim;  // max(D, Dv)
+  bool bias, dropout;
+  bool aligned;  // 16-byte rows and pointers (alignment 8 elements)
+  int compute_capability;
+};
+
+bool aligned16(const TensorRef& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
+  for (int d = 0; d + 1 < t.rank; ++d)
+    if (t.strides[d] % 8 != 0) return false;
+  return true;
 }
+
+int compute_capability() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major * 10 + minor;
+}
+
+Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
+  Need n;
+  n.dtype = p.dtype;
+  n.head_dim = int(std::max(p.head_dim, p.head_dim_v));
+  n.bias = p.has_bias;
+  n.dropout = p.has_dropout();
+  n.aligned = p.head_dim % 8 == 0 && p.head_dim_v % 8 == 0 && p.dtype != DType::f32 && aligned16(a.q) &&
+              aligned16(a.k) && aligned16(a.v) && aligned16(a.out);
+  n.compute_capability = compute_capability();
+  return n;
+}
+
+// Why a row cannot run a problem; empty when it can.
+std::string misfit(const ForwardKernel& k, const Need& n) {
+  if (n.compute_capability < (k.family == Family::sm90 ? 90 : 80))
+    return "needs compute capability " + std::string(k.family == Family::sm90 ? "9.0" : "8.0");
+  if (k.family == Family::sm90 && n.compute_capability != 90) return "sm_90a code runs on Hopper only";
+  if (k.dtype != n.dtype) return std::string("dtype ") + to_string(k.dtype);
+  if (k.max_head_dim < n.head_dim) return "head dims up to " + std::to_string(k.max_head_dim);
+  if (k.alignment > 1 && !n.aligned) return "needs head dims, strides and pointers aligned to 8 elements";
+  if (n.bias && !k.bias) return "no bias";
+  if (n.dropout && !k.dropout) return "no dropout";
+  return {};
+}
+
+const ForwardKernel* choose(const Need& n, std::string* why) {
+  std::map<std::string, std::string> reasons;  // per family: the reason of its closest row
+  for (const ForwardKernel& k : forward_kernels()) {
+    const std::string reason = misfit(k, n);
+    if (reason.empty()) return &k;
+    reasons[to_string(k.family)] = reason;
+  }
+  std::ostringstream s;
+  s << "backend cuda: no forward kernel fits (" << to_string(n.dtype) << ", head dim " << n.head_dim
+    << (n.bias ? ", bias" : "") << (n.dropout ? ", dropout" : "") << (n.aligned ? "" : ", unaligned")
+    << ", compute capability " << n.compute_capability / 10 << "." << n.compute_capability % 10 << ")";
+  if (forward_kernels().empty()) s << ": this build has no CUDA forward kernels";
+  for (const auto& [family, reason] : reasons) s << "; " << family << " rows: " << reason;
+  *why = s.str();
+  return nullptr;
+}
+
+FwdParams forward_params(const ForwardArgs& a, const detail::Problem& p, const ForwardKernel& k) {
+  FwdParams f{};
+  f.q = a.q.data;
+  f.k = a.k.data;
+  f.v = a.v.data;
+  f.bias = p.has_bias ? a.bias.data : nullptr;
+  f.out = a.out.data;
+  f.lse = a.lse.defined() ? static_cast<float*>(a.lse.data) : nullptr;
+  f.q_batch_stride = a.q.strides[0], f.q_row_stride = a.q.strides[1], f.q_head_stride = a.q.strides[2];
+  f.k_batch_stride = a.k.strides[0], f.k_row_stride = a.k.strides[1], f.k_head_stride = a.k.strides[2];
+  f.v_batch_stride = a.v.strides[0], f.v_row_stride = a.v.strides[1], f.v_head_stride = a.v.strides[2];
+  f.o_batch_stride = a.out.strides[0], f.o_row_stride = a.out.strides[1], f.o_head_stride = a.out.strides[2];
+  if (f.lse) f.lse_batch_stride = a.lse.strides[0], f.lse_head_stride = a.lse.strides[1], f.lse_row_stride = a.lse.strides[2];
+  if (p.has_bias) {
+    const std::int64_t* s = a.bias.strides;
+    f.bias_batch_stride = p.bias_broadcast[0] ? 0 : s[0];
+    f.bias_head_stride = p.bias_broadcast[1] ? 0 : s[1];
+    f.bias_row_stride = p.bias_broadcast[2] ? 0 : s[2];
+    f.bias_col_stride = p.bias_broadcast[3] ? 0 : s[3];
+    f.bias_is_f32 = a.bias.dtype == DType::f32;
+  }
+  f.batch = int(p.batch);
+  f.heads_q = int(p.heads_q);
+  f.heads_k = int(p.heads_k);
+  f.group = int(p.group_size());
+  f.head_dim = int(p.head_dim);
+  f.head_dim_v = int(p.head_dim_v);
+  f.seqlen_q = p.seqlen_q;
+  f.seqlen_k = p.seqlen_k;
+  if (p.varlen) {
+    f.seqstart_q = a.varlen.seqstart_q;
+    f.seqstart_k = a.varlen.seqstart_k;
+    f.seqused_k = a.varlen.seqused_k;
+  }
+  f.scale_log2 = float(p.scale * kLog2e);
+  f.window_left = p.window_left;
+  f.window_right = p.window_right;
+  f.bottom_right = p.bottom_right;
+  f.dropout = p.has_dropout();
+  f.dropout_threshold = p.dropout_threshold;
+  f.dropout_scale = float(1.0 / (1.0 - p.dropout_p));
+  f.seed_lo = std::uint32_t(p.dropout_seed);
+  f.seed_hi = std::uint32_t(p.dropout_seed >> 32);
+  f.dropout_offset = std::uint32_t(p.dropout_offset);
+  f.num_m_blocks = int((p.seqlen_q + k.block_m - 1) / k.block_m);
+  f.num_blocks = std::int64_t(f.num_m_blocks) * p.heads_q * p.batch;
+  return f;
+}
+
+Status unsupported(std::string why) { return {StatusCode::unsupported, std::move(why)}; }
+
 }  // namespace
 
 Status workspace_size(const ForwardArgs&, const detail::Problem&, std::size_t* bytes) {
   *bytes = 0;
   return Status::Ok();
 }
+
 Status workspace_size(const BackwardArgs&, const detail::Problem&, std::size_t* bytes) {
   *bytes = 0;
   return Status::Ok();
 }
-Status forward(const ForwardArgs&, const detail::Problem&) { return no_kernels(); }
-Status backward(const BackwardArgs&, const detail::Problem&) { return no_kernels(); }
-Status describe_forward(const ForwardArgs&, const detail::Problem&, std::string*) { return no_kernels(); }
-Status describe_backward(const BackwardArgs&, const detail::Problem&, std::string*) { return no_kernels(); }
+
+Status forward(const ForwardArgs& args, const detail::Problem& p) {
+  std::string why;
+  const ForwardKernel* k = choose(forward_need(args, p), &why);
+  if (!k) return unsupported(why);
+  if (p.seqlen_q == 0 || p.batch == 0) return Status::Ok();
+  return k->launch(forward_params(args, p, *k), static_cast<cudaStream_t>(args.stream));
+}
+
+Status describe_forward(const ForwardArgs& args, const detail::Problem& p, std::string* plan) {
+  std::string why;
+  const ForwardKernel* k = choose(forward_need(args, p), &why);
+  if (!k) return unsupported(why);
+  *plan = describe(*k);
+  return Status::Ok();
+}
+
+Status backward(const BackwardArgs&, const detail::Problem&) {
+  return unsupported("backend cuda: this build has no CUDA backward kernels yet");
+}
+
+Status describe_backward(const BackwardArgs&, const detail::Problem&, std::string*) {
+  return unsupported("backend cuda: this build has no CUDA backward kernels yet");
+}
+
+}  // namespace memattn::cuda
+
+namespace memattn {
+
+std::vector<KernelInfo> list_kernels() {
+  std::vector<KernelInfo> rows;
+  for (const cuda::ForwardKernel& k : cuda::forward_kernels()) rows.push_back({k.name, cuda::describe(k), k.priority});
+  return rows;
+}
+
+}  // namespace memattn
+
+namespace memattn::cuda {
+
+const char* to_string(Family family) { return family == Family::sm90 ? "sm90" : "sm80"; }
+
+const char* to_string(Accumulator accumulator) {
+  return accumulator == Accumulator::registers ? "registers" : "global";
+}
+
+std::string describe(const ForwardKernel& k) {
+  std::ostringstream s;
+  s << k.name << " (" << to_string(k.family) << ", " << to_string(k.dtype) << ", head dim <= " << k.max_head_dim
+    << ", tile " << k.block_m << "x" << k.block_n << ", " << k.warps << " warps, accumulator in "
+    << to_string(k.accumulator) << ", alignment " << k.alignment << (k.bias ? ", bias" : "")
+    << (k.dropout ? ", dropout" : "") << ", priority " << k.priority << ")";
+  return s.str();
+}
 
 }  // namespace memattn::cuda

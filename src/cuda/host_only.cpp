@@ -4,6 +4,7 @@
 
 #include "core/memory.hpp"
 #include "cuda/backend.hpp"
+#include "memattn/kernels.hpp"
 
 namespace memattn {
 namespace detail {
@@ -20,6 +21,8 @@ int current_cuda_device() { return -1; }
 std::string describe(const PointerInfo&) { return "host memory"; }
 
 }  // namespace detail
+
+std::vector<KernelInfo> list_kernels() { return {}; }
 
 namespace cuda {
 namespace {

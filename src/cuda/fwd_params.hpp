@@ -1,0 +1,52 @@
+// The forward kernels' parameters: a plain struct filled on the host from the validated Problem
+// (fwd_params.cpp) and passed by value. Strides count elements; a broadcast dimension has stride 0.
+#pragma once
+
+#include <cstdint>
+
+namespace memattn::cuda {
+
+struct FwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* bias;  // null without bias
+  void* out;
+  float* lse;        // null when not asked for
+
+  std::int64_t q_batch_stride, q_row_stride, q_head_stride;
+  std::int64_t k_batch_stride, k_row_stride, k_head_stride;
+  std::int64_t v_batch_stride, v_row_stride, v_head_stride;
+  std::int64_t o_batch_stride, o_row_stride, o_head_stride;
+  std::int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
+  std::int64_t bias_batch_stride, bias_head_stride, bias_row_stride, bias_col_stride;
+  bool bias_is_f32;  // else the bias has the dtype of q
+
+  int batch;  // B, or the number of sequences with variable lengths
+  int heads_q, heads_k, group;
+  int head_dim, head_dim_v;
+  std::int64_t seqlen_q, seqlen_k;  // fixed lengths, or the longest sequence with variable lengths
+  const int* seqstart_q;            // variable lengths (device arrays), null otherwise
+  const int* seqstart_k;
+  const int* seqused_k;
+
+  float scale_log2;  // softmax scale * log2(e)
+
+  std::int64_t window_left, window_right;  // -1 = unbounded
+  bool bottom_right;
+
+  bool dropout;
+  std::uint32_t dropout_threshold;
+  float dropout_scale;  // 1 / (1 - p)
+  std::uint32_t seed_lo, seed_hi, dropout_offset;
+
+  // Large head dims: the fp32 output accumulator in global memory, per CTA slot, in MMA-fragment
+  // order (see sm80/fwd_global_acc.hpp).
+  float* o_accum;
+  std::int64_t o_accum_slot_elems;
+
+  int num_m_blocks;         // query tiles per (sequence, head)
+  std::int64_t num_blocks;  // num_m_blocks * heads_q * batch: the work items
+};
+
+}  // namespace memattn::cuda

@@ -1,0 +1,75 @@
+// Register-fragment plumbing for m16n8k16 kernels: predicated tile copies, and the two views of
+// an accumulator fragment that softmax and the second GEMM need.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+namespace memattn::cuda::sm80 {
+
+using namespace cute;
+
+// Copies a partitioned tile (CPY, CPY_M, CPY_K) from src to dst where its coordinates (an identity
+// tensor partitioned the same way) are inside [0, rows) x [0, cols); elsewhere dst is zeroed, so
+// ragged tiles compute as if padded with zeros. A copy unit is whole: with vector copies `cols`
+// must be a multiple of the vector width.
+template <class TiledCopy, class Src, class Dst, class Coord>
+__device__ __forceinline__ void copy_predicated(const TiledCopy& tiled_copy, const Src& src, Dst&& dst, const Coord& coord,
+                                                int rows, int cols) {
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(dst); ++m) {
+    const bool row_ok = get<0>(coord(0, m, 0)) < rows;
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(dst); ++k) {
+      if (row_ok && get<1>(coord(0, m, k)) < cols) copy(tiled_copy, src(_, m, k), dst(_, m, k));
+      else clear(dst(_, m, k));
+    }
+  }
+}
+
+// The same for stores: only in-range units are written.
+template <class TiledCopy, class Src, class Dst, class Coord>
+__device__ __forceinline__ void store_predicated(const TiledCopy& tiled_copy, const Src& src, Dst&& dst, const Coord& coord,
+                                                 int rows, int cols) {
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(src); ++m) {
+    if (get<0>(coord(0, m, 0)) >= rows) continue;
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(src); ++k)
+      if (get<1>(coord(0, m, k)) < cols) copy(tiled_copy, src(_, m, k), dst(_, m, k));
+  }
+}
+
+// Accumulator layout ((2, 2), MMA_M, MMA_N) of an m16n8 fragment seen as (rows, cols):
+// value v of an atom sits at row half v / 2 and column v % 2, so rows = (v / 2, MMA_M) and
+// cols = (v % 2, MMA_N). Every thread then holds 2 * MMA_M rows of 2 * MMA_N columns.
+template <class Layout>
+__device__ __forceinline__ constexpr auto rowcol_layout(Layout acc) {
+  static_assert(decltype(size<0>(acc))::value == 4 && decltype(rank(acc))::value == 3);
+  auto split = logical_divide(acc, Shape<_2>{});  // ((col 2, row 2), MMA_M, MMA_N)
+  return make_layout(make_layout(get<0, 1>(split), get<1>(split)), make_layout(get<0, 0>(split), get<2>(split)));
+}
+
+template <class Tensor>
+__device__ __forceinline__ auto rowcol(Tensor&& t) {
+  return make_tensor(t.data(), rowcol_layout(t.layout()));
+}
+
+// The accumulator of S = Q K^T reused as the A operand of O += P V: two neighbouring n8 column
+// tiles of C hold exactly the k16 values of one A fragment, so ((2, 2), MMA_M, MMA_N) becomes
+// ((2, 2, 2), MMA_M, MMA_N / 2).
+template <class Layout>
+__device__ __forceinline__ constexpr auto acc_as_a_operand(Layout acc) {
+  auto split = logical_divide(acc, Shape<X, X, _2>{});  // ((2, 2), MMA_M, (2, MMA_N / 2))
+  return make_layout(make_layout(get<0>(split), get<2, 0>(split)), get<1>(split), get<2, 1>(split));
+}
+
+// Elementwise conversion of a register fragment (fp32 -> bf16/fp16, rounding to nearest).
+template <class To, class Tensor>
+__device__ __forceinline__ auto convert_fragment(const Tensor& t) {
+  auto out = make_tensor<To>(t.layout());
+  CUTE_UNROLL
+  for (int i = 0; i < size(t); ++i) out(i) = To(t(i));
+  return out;
+}
+
+}  // namespace memattn::cuda::sm80

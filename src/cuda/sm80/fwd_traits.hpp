@@ -1,0 +1,72 @@
+// Compile-time shape of an sm80 forward kernel: tiles, warps, shared-memory layouts, the tiled
+// MMA and the copies between global memory, shared memory and registers.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <type_traits>
+
+namespace memattn::cuda::sm80 {
+
+using namespace cute;
+
+// How a kernel moves tiles between global and shared memory.
+enum class Loads {
+  vector16,  // 16-byte cp.async: rows and head dims must be multiples of 8 elements, 16-byte aligned
+  element,   // one element per access: any head dim, stride and alignment
+};
+
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, Loads kLoads_>
+struct FwdTraits {
+  using Element = Element_;
+  static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
+  // Head dims are padded to the bucket kHeadDim (D and Dv both); the padding is zero-filled.
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;  // queries per CTA
+  static constexpr int kBlockN = kBlockN_;  // keys per iteration
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr Loads kLoads = kLoads_;
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0);
+
+  // Shared memory: rows of 64 (or 32) elements with an XOR swizzle over 16-byte chunks, so that
+  // ldmatrix and cp.async see no bank conflicts.
+  static constexpr int kSmemRowElems = kHeadDim % 64 == 0 ? 64 : 32;
+  static constexpr int kSwizzleBits = kSmemRowElems == 64 ? 3 : 2;
+  using SmemLayoutAtom = decltype(composition(
+      Swizzle<kSwizzleBits, 3, 3>{}, Layout<Shape<_8, Int<kSmemRowElems>>, Stride<Int<kSmemRowElems>, _1>>{}));
+  using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutKV = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // V read as the B operand of P V: the same bytes viewed as [head dim x keys].
+  using SmemLayoutVt =
+      decltype(composition(SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+
+  // Warps stack along the queries; each MMA atom is m16n8k16 with fp32 accumulation.
+  using MmaOp = std::conditional_t<std::is_same_v<Element, cute::bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
+                                   SM80_16x8x16_F32F16F16F32_TN>;
+  using TiledMma = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<Int<kWarps>, _1, _1>>, Tile<Int<16 * kWarps>, _16, _16>>;
+  using SmemToRegAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;            // ldmatrix
+  using SmemToRegAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;  // ldmatrix.trans (V)
+  using RegToSmemAtom = Copy_Atom<DefaultCopy, Element>;
+
+  // Global <-> shared tile copies: kLoadElems contiguous elements per thread and access.
+  static constexpr int kLoadElems = kLoads == Loads::vector16 ? 8 : 1;
+  static constexpr int kThreadsPerRow = kSmemRowElems / kLoadElems;
+  static_assert(kThreads % kThreadsPerRow == 0);
+  using GmemThreads =
+      Layout<Shape<Int<kThreads / kThreadsPerRow>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>;
+  using LoadAtom = std::conditional_t<kLoads == Loads::vector16,
+                                      Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, Element>,
+                                      Copy_Atom<UniversalCopy<Element>, Element>>;
+  using StoreAtom = std::conditional_t<kLoads == Loads::vector16, Copy_Atom<UniversalCopy<uint128_t>, Element>,
+                                       Copy_Atom<UniversalCopy<Element>, Element>>;
+  using LoadCopy = decltype(make_tiled_copy(LoadAtom{}, GmemThreads{}, Layout<Shape<_1, Int<kLoadElems>>>{}));
+  using StoreCopy = decltype(make_tiled_copy(StoreAtom{}, GmemThreads{}, Layout<Shape<_1, Int<kLoadElems>>>{}));
+
+  // Q, then K, then V; the output tile reuses Q's space in the epilogue.
+  static constexpr int kSmemElemsQ = int(cosize_v<SmemLayoutQ>);
+  static constexpr int kSmemElemsKV = int(cosize_v<SmemLayoutKV>);
+  static constexpr int kSmemBytes = (kSmemElemsQ + 2 * kSmemElemsKV) * int(sizeof(Element));
+};
+
+}  // namespace memattn::cuda::sm80

@@ -1,0 +1,73 @@
+// What happens to a tile of raw scores Q K^T before softmax (scale to base 2, bias, mask) and to
+// its probabilities after (dropout). Elements are addressed through a coordinate tensor
+// partitioned like the accumulator, so this works for any fragment layout.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "cuda/fwd_params.hpp"
+
+namespace memattn::cuda::sm80 {
+
+using namespace cute;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Where one tile of scores sits: sequence b (the b of bias and dropout), query head h, query rows
+// from m0 and key columns from n0 (local to the sequence), and the valid extents.
+struct TileOrigin {
+  int b, h;
+  std::int64_t m0, n0;
+  std::int64_t q_len, k_len;
+};
+
+// s <- log2(e) * (scale * s + bias), and -inf where the mask hides the key (only when `masked`:
+// tiles fully inside the window skip the per-element test).
+template <class Element, bool kHasBias, class Scores, class Coords>
+__device__ __forceinline__ void transform_scores(const FwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
+                                                 bool masked, Scores& s, const Coords& coord) {
+  const char* bias_base = nullptr;
+  if constexpr (kHasBias)
+    bias_base = static_cast<const char*>(p.bias) +
+                (std::int64_t(t.b) * p.bias_batch_stride + std::int64_t(t.h) * p.bias_head_stride) *
+                    (p.bias_is_f32 ? 4 : 2);
+  CUTE_UNROLL
+  for (int e = 0; e < size(s); ++e) {
+    const std::int64_t i = t.m0 + get<0>(coord(e));
+    const std::int64_t j = t.n0 + get<1>(coord(e));
+    float x = s(e) * p.scale_log2;
+    if constexpr (kHasBias) {
+      if (i < t.q_len && j < t.k_len) {
+        const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
+        const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
+                                      : float(reinterpret_cast<const Element*>(bias_base)[off]);
+        x = fmaf(b, kLog2e, x);
+      }
+    }
+    if (masked && !rule.visible(i, j)) x = -INFINITY;
+    s(e) = x;
+  }
+}
+
+// Zeroes the dropped probabilities. Values (2k, 2k + 1) of an m16n8 fragment are neighbouring
+// columns of one row, so one Philox call (four keys) serves each pair.
+template <class Probs, class Coords>
+__device__ __forceinline__ void apply_dropout(const FwdParams& p, const TileOrigin& t, Probs& prob, const Coords& coord) {
+  const detail::DropoutKey key{p.seed_lo, p.seed_hi, p.dropout_offset, p.dropout_threshold};
+  const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
+  CUTE_UNROLL
+  for (int e = 0; e < size(prob); e += 2) {
+    const std::int64_t i = t.m0 + get<0>(coord(e));
+    const std::int64_t j = t.n0 + get<1>(coord(e));
+    const detail::Philox4 w = detail::dropout_words(key, bh, i, j);
+    const int lane = int(j & 3);
+    if (detail::philox_word(w, lane) < key.threshold) prob(e) = 0.0f;
+    if (detail::philox_word(w, lane + 1) < key.threshold) prob(e + 1) = 0.0f;
+  }
+}
+
+}  // namespace memattn::cuda::sm80

@@ -1,0 +1,45 @@
+// Which (query tile, head, sequence) a CTA works on, and where a sequence's rows are. The grid is
+// one-dimensional and CTAs stride over the work, so any batch x heads x tiles fits (no gridDim.y/z
+// limits). Heavier query tiles (the last ones under a causal mask) are handed out first.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/fwd_params.hpp"
+
+namespace memattn::cuda {
+
+struct WorkItem {
+  int m_block;
+  int h;
+  int b;
+};
+
+__device__ __forceinline__ WorkItem decode_work(const FwdParams& p, std::int64_t index) {
+  WorkItem w;
+  w.m_block = p.num_m_blocks - 1 - int(index % p.num_m_blocks);
+  const std::int64_t rest = index / p.num_m_blocks;
+  w.h = int(rest % p.heads_q);
+  w.b = int(rest / p.heads_q);
+  return w;
+}
+
+struct SequenceInfo {
+  std::int64_t batch;  // index into the tensors' batch dimension (0 with variable lengths)
+  std::int64_t q_begin, q_len;
+  std::int64_t k_begin, k_len;
+};
+
+template <class Params>
+__device__ __forceinline__ SequenceInfo sequence_info(const Params& p, int b) {
+  if (p.seqstart_q == nullptr) return {b, 0, p.seqlen_q, 0, p.seqlen_k};
+  SequenceInfo s;
+  s.batch = 0;
+  s.q_begin = p.seqstart_q[b];
+  s.q_len = p.seqstart_q[b + 1] - s.q_begin;
+  s.k_begin = p.seqstart_k[b];
+  s.k_len = p.seqused_k ? p.seqused_k[b] : p.seqstart_k[b + 1] - s.k_begin;
+  return s;
+}
+
+}  // namespace memattn::cuda
