@@ -56,7 +56,7 @@ if has run; then
   {
     "$build/bin/memattn" run --verify ${RUN_ARGS:-}
     echo "exit $?"
-    "$build/bin/memattn" kernels
+    "$build/bin/memattn" kernels --resources
   } >"$out/run.log" 2>&1
   note "memattn run --verify: $(grep -E '^result|^error|^exit' "$out/run.log" | tr '\n' ' ')"
   for bin in "$build"/tests/test_cuda_*; do

@@ -45,12 +45,12 @@ double dropout_factor(const Problem& p, std::int64_t b, std::int64_t h, std::int
   return ctr[j % 4] >= threshold ? 1.0 / (1.0 - p.dropout_p) : 0.0;
 }
 
-// DESIGN.md §1 mask rule, for one sequence.
-bool visible(const Problem& p, const Sequence& s, std::int64_t i, std::int64_t j) {
+// DESIGN.md §1 mask rule, for one sequence: the keys row i may see, [first, last] inclusive
+// (empty when last < first).
+void visible_keys(const Problem& p, const Sequence& s, std::int64_t i, std::int64_t* first, std::int64_t* last) {
   const std::int64_t diagonal = p.bottom_right ? i + (s.k_len - s.q_len) : i;
-  if (p.window_left != kUnbounded && j < diagonal - p.window_left) return false;
-  if (p.window_right != kUnbounded && j > diagonal + p.window_right) return false;
-  return true;
+  *first = p.window_left == kUnbounded ? 0 : std::max<std::int64_t>(0, diagonal - p.window_left);
+  *last = p.window_right == kUnbounded ? s.k_len - 1 : std::min<std::int64_t>(s.k_len - 1, diagonal + p.window_right);
 }
 
 // Reads element [i0, i1, i2, i3] of a rank-4 tensor (size-1 dimensions broadcast).
@@ -61,37 +61,37 @@ double at4(const TensorRef& t, std::int64_t i0, std::int64_t i1, std::int64_t i2
   return detail::load_float(t.data, t.dtype, off);
 }
 
-// Scores of one query row against every key of its sequence; masked keys are -inf.
+// Row i's scores and probabilities over the keys [row->first, row->last] it can see.
 struct Row {
-  std::vector<double> s;  // scores
-  std::vector<double> p;  // softmax probabilities (before dropout)
+  std::int64_t first = 0, last = -1;
+  std::vector<double> p;  // p[j - first]: softmax probability (before dropout)
   double lse = kNegInf;
+  double prob(std::int64_t j) const { return j < first || j > last ? 0.0 : p[std::size_t(j - first)]; }
 };
 
 void compute_row(const Problem& pr, const TensorRef& q, const TensorRef& k, const TensorRef& bias,
                  const Sequence& seq, std::int64_t b, std::int64_t h, std::int64_t i, Row* row) {
   const std::int64_t hk = h / pr.group_size();
-  row->s.assign(std::size_t(seq.k_len), kNegInf);
-  row->p.assign(std::size_t(seq.k_len), 0.0);
+  visible_keys(pr, seq, i, &row->first, &row->last);
+  const std::int64_t n = std::max<std::int64_t>(0, row->last - row->first + 1);
+  std::vector<double> s(static_cast<std::size_t>(n));
   double max = kNegInf;
-  for (std::int64_t j = 0; j < seq.k_len; ++j) {
-    if (!visible(pr, seq, i, j)) continue;
+  for (std::int64_t j = row->first; j <= row->last; ++j) {
     double dot = 0;
     for (std::int64_t d = 0; d < pr.head_dim; ++d)
       dot += at4(q, seq.batch, seq.q_begin + i, h, d) * at4(k, seq.batch, seq.k_begin + j, hk, d);
     double score = pr.scale * dot;
     if (pr.has_bias) score += at4(bias, b, h, i, j);
-    row->s[j] = score;
+    s[std::size_t(j - row->first)] = score;
     if (score > max) max = score;
   }
-  if (max == kNegInf) {  // every key masked
-    row->lse = kNegInf;
-    return;
-  }
+  row->p.assign(std::size_t(n), 0.0);
+  row->lse = kNegInf;
+  if (max == kNegInf) return;  // every key masked (or -inf bias)
   double sum = 0;
-  for (double score : row->s) sum += std::exp(score - max);
+  for (double score : s) sum += std::exp(score - max);
   row->lse = max + std::log(sum);
-  for (std::int64_t j = 0; j < seq.k_len; ++j) row->p[j] = std::exp(row->s[j] - row->lse);
+  for (std::int64_t e = 0; e < n; ++e) row->p[std::size_t(e)] = std::exp(s[std::size_t(e)] - row->lse);
 }
 
 Status check_selection(const Selection& sel, const Problem& p) {
@@ -150,9 +150,9 @@ Status forward(const ForwardArgs& args, ForwardResult* result, const Progress& p
         result->lse[std::size_t((seq.batch * pr.heads_q + h) * q.sizes[1] + m)] = row.lse;
         for (std::int64_t e = 0; e < pr.head_dim_v; ++e) {
           double acc = 0;
-          for (std::int64_t j = 0; j < seq.k_len; ++j)
-            if (row.p[j] != 0.0)
-              acc += row.p[j] * dropout_factor(pr, b, h, i, j) * at4(args.v, seq.batch, seq.k_begin + j, hk, e);
+          for (std::int64_t j = row.first; j <= row.last; ++j)
+            if (row.prob(j) != 0.0)
+              acc += row.prob(j) * dropout_factor(pr, b, h, i, j) * at4(args.v, seq.batch, seq.k_begin + j, hk, e);
           result->out[std::size_t(index4(out_sizes, seq.batch, m, h, e))] = acc;
         }
       }
@@ -237,21 +237,21 @@ Status backward(const BackwardArgs& args, BackwardResult* result, const Progress
           const std::int64_t m = seq.q_begin + i;
           // dP[i,j] = Z/(1-p) * <dO_i, V_j>; delta_i = sum_j P dP = <dO_i, O_i>.
           double delta = 0;
-          for (std::int64_t j = 0; j < seq.k_len; ++j) {
+          for (std::int64_t j = row.first; j <= row.last; ++j) {
             dp[j] = 0;
-            if (row.p[j] == 0.0) continue;
+            if (row.prob(j) == 0.0) continue;
             const double z = dropout_factor(pr, b, h, i, j);
             double dot = 0;
             if (z != 0.0)
               for (std::int64_t e = 0; e < Dv; ++e)
                 dot += at4(dout, seq.batch, m, h, e) * at4(v, seq.batch, seq.k_begin + j, hk, e);
             dp[j] = z * dot;
-            delta += row.p[j] * dp[j];
+            delta += row.prob(j) * dp[j];
           }
-          for (std::int64_t j = 0; j < seq.k_len; ++j) {
-            if (row.p[j] == 0.0) continue;
+          for (std::int64_t j = row.first; j <= row.last; ++j) {
+            if (row.prob(j) == 0.0) continue;
             const double z = dropout_factor(pr, b, h, i, j);
-            const double ds = row.p[j] * (dp[j] - delta);  // dS = P (dP - delta)
+            const double ds = row.prob(j) * (dp[j] - delta);  // dS = P (dP - delta)
             const std::int64_t n = seq.k_begin + j;
             for (std::int64_t d = 0; d < D; ++d) {
               result->dq[index4(q_sizes, seq.batch, m, h, d)] += pr.scale * ds * at4(k, seq.batch, n, hk, d);
@@ -259,7 +259,7 @@ Status backward(const BackwardArgs& args, BackwardResult* result, const Progress
             }
             if (z != 0.0)
               for (std::int64_t e = 0; e < Dv; ++e)
-                result->dv[index4(v_sizes, seq.batch, n, hk, e)] += row.p[j] * z * at4(dout, seq.batch, m, h, e);
+                result->dv[index4(v_sizes, seq.batch, n, hk, e)] += row.prob(j) * z * at4(dout, seq.batch, m, h, e);
             if (pr.has_bias) {
               const std::int64_t idx[4] = {b, h, i, j};
               std::int64_t at[4];

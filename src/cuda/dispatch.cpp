@@ -172,9 +172,23 @@ Status describe_backward(const BackwardArgs&, const detail::Problem&, std::strin
 
 namespace memattn {
 
-std::vector<KernelInfo> list_kernels() {
+std::vector<KernelInfo> list_kernels(bool with_resources) {
   std::vector<KernelInfo> rows;
-  for (const cuda::ForwardKernel& k : cuda::forward_kernels()) rows.push_back({k.name, cuda::describe(k), k.priority});
+  for (const cuda::ForwardKernel& k : cuda::forward_kernels()) {
+    KernelInfo info{k.name, cuda::describe(k), k.priority, {}};
+    cuda::KernelResources r;
+    if (with_resources && cuda::device_count() > 0) {
+      const Status s = k.resources(&r);
+      std::ostringstream text;
+      if (s.ok())
+        text << r.registers << " registers, " << r.local_bytes << " B local (spills), " << r.smem_bytes / 1024
+             << " KiB shared, " << r.blocks_per_sm << " CTA/SM x " << r.threads / 32 << " warps";
+      else
+        text << s.to_string();
+      info.resources = text.str();
+    }
+    rows.push_back(info);
+  }
   return rows;
 }
 

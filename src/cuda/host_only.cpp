@@ -22,7 +22,7 @@ std::string describe(const PointerInfo&) { return "host memory"; }
 
 }  // namespace detail
 
-std::vector<KernelInfo> list_kernels() { return {}; }
+std::vector<KernelInfo> list_kernels(bool) { return {}; }
 
 namespace cuda {
 namespace {

@@ -17,6 +17,15 @@ namespace memattn::cuda {
 enum class Family { sm80, sm90 };
 enum class Accumulator { registers, global };  // where the output/gradient accumulators live
 
+// What the compiler and driver report for one kernel.
+struct KernelResources {
+  int threads = 0;
+  int registers = 0;          // per thread
+  int local_bytes = 0;        // per thread: register spills and stack
+  int smem_bytes = 0;         // per CTA, static + dynamic
+  int blocks_per_sm = 0;      // occupancy
+};
+
 struct ForwardKernel {
   const char* name;
   Family family;
@@ -28,6 +37,7 @@ struct ForwardKernel {
   bool bias, dropout;
   int priority;  // lower is tried first
   Status (*launch)(const FwdParams&, cudaStream_t);
+  Status (*resources)(KernelResources*);
 };
 
 // Every forward row compiled into this build, sorted by priority.

@@ -24,9 +24,11 @@ struct Ctx {
     for (int d = 0; d < 4; ++d) off += (v.sizes[d] == 1 ? 0 : idx[d]) * v.strides[d];
     return detail::load_float(w.host(t).bytes.data(), v.dtype, off);
   }
-  bool visible(const detail::Sequence& s, std::int64_t i, std::int64_t j) const {
+  // The keys row i may see: [first, last].
+  void visible_keys(const detail::Sequence& s, std::int64_t i, std::int64_t* first, std::int64_t* last) const {
     const std::int64_t d = p.bottom_right ? i + s.k_len - s.q_len : i;
-    return (p.window_left < 0 || j >= d - p.window_left) && (p.window_right < 0 || j <= d + p.window_right);
+    *first = p.window_left < 0 ? 0 : std::max<std::int64_t>(0, d - p.window_left);
+    *last = p.window_right < 0 ? s.k_len - 1 : std::min<std::int64_t>(s.k_len - 1, d + p.window_right);
   }
   float drop(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
     if (p.dropout_p == 0) return 1.0f;
@@ -34,33 +36,34 @@ struct Ctx {
                ? float(1.0 / (1.0 - p.dropout_p))
                : 0.0f;
   }
-  // Rounded probabilities of row i (0 where masked); returns false when every key is masked.
-  // With given_lse, P = exp(S - given_lse) instead of the softmax of the row.
+  // Rounded probabilities of row i over its visible keys: prob[j - *first] for j in [*first, *last].
+  // Returns false when every key is masked. With given_lse, P = exp(S - given_lse).
   bool probs(const detail::Sequence& s, std::int64_t b, std::int64_t h, std::int64_t i, std::vector<float>& prob,
-             float* lse, const float* given_lse = nullptr) const {
+             std::int64_t* first, std::int64_t* last, float* lse, const float* given_lse = nullptr) const {
     const std::int64_t hk = h / p.group_size();
-    std::vector<float> sc(std::size_t(s.k_len), -INFINITY);
+    visible_keys(s, i, first, last);
+    const std::int64_t n = std::max<std::int64_t>(0, *last - *first + 1);
+    std::vector<float> sc(std::size_t(n), -INFINITY);
     float mx = -INFINITY;
-    for (std::int64_t j = 0; j < s.k_len; ++j) {
-      if (!visible(s, i, j)) continue;
+    for (std::int64_t j = *first; j <= *last; ++j) {
       float acc = 0;
       for (std::int64_t d = 0; d < p.head_dim; ++d)
         acc += at(tools::Tensor::q, s.batch, s.q_begin + i, h, d) * at(tools::Tensor::k, s.batch, s.k_begin + j, hk, d);
       float v = rnd(rnd(acc) * float(p.scale));
       if (p.has_bias) v = rnd(v + at(tools::Tensor::bias, b, h, i, j));
-      sc[j] = v;
+      sc[std::size_t(j - *first)] = v;
       mx = std::max(mx, v);
     }
-    prob.assign(std::size_t(s.k_len), 0.0f);
+    prob.assign(std::size_t(n), 0.0f);
     if (mx == -INFINITY) return false;
     if (given_lse) {
-      for (std::int64_t j = 0; j < s.k_len; ++j) prob[j] = rnd(std::exp(sc[j] - *given_lse));
+      for (std::int64_t e = 0; e < n; ++e) prob[e] = rnd(std::exp(sc[e] - *given_lse));
       *lse = *given_lse;
       return true;
     }
     float sum = 0;
-    for (std::int64_t j = 0; j < s.k_len; ++j) sum += std::exp(sc[j] - mx);
-    for (std::int64_t j = 0; j < s.k_len; ++j) prob[j] = rnd(std::exp(sc[j] - mx) / sum);
+    for (std::int64_t e = 0; e < n; ++e) sum += std::exp(sc[e] - mx);
+    for (std::int64_t e = 0; e < n; ++e) prob[e] = rnd(std::exp(sc[e] - mx) / sum);
     *lse = mx + std::log(sum);
     return true;
   }
@@ -85,13 +88,14 @@ NaiveForward naive_forward(const tools::Workload& w) {
     for (std::int64_t h = 0; h < c.p.heads_q; ++h)
       for (std::int64_t i = 0; i < s.q_len; ++i) {
         float lse = -INFINITY;
-        const bool any = c.probs(s, b, h, i, prob, &lse);
+        std::int64_t first = 0, last = -1;
+        const bool any = c.probs(s, b, h, i, prob, &first, &last, &lse);
         r.lse[std::size_t((s.batch * c.p.heads_q + h) * out.sizes[1] + s.q_begin + i)] = lse;
         for (std::int64_t e = 0; e < c.p.head_dim_v; ++e) {
           float acc = 0;
           if (any)
-            for (std::int64_t j = 0; j < s.k_len; ++j)
-              acc += c.rnd(prob[j] * c.drop(b, h, i, j)) *
+            for (std::int64_t j = first; j <= last; ++j)
+              acc += c.rnd(prob[j - first] * c.drop(b, h, i, j)) *
                      c.at(tools::Tensor::v, s.batch, s.k_begin + j, h / c.p.group_size(), e);
           r.out[std::size_t(idx4(out, s.batch, s.q_begin + i, h, e))] = c.rnd(acc);
         }
@@ -135,22 +139,23 @@ NaiveBackward naive_backward(const tools::Workload& w) {
         const float given = detail::load_float(w.host(tools::Tensor::lse).bytes.data(), DType::f32,
                                                s.batch * lv.strides[0] + h * lv.strides[1] + m * lv.strides[2]);
         for (std::int64_t d = 0; d < p.head_dim; ++d) r.dq[idx4(qv, s.batch, m, h, d)] = 0;
-        if (!c.probs(s, b, h, i, prob, &lse, &given)) continue;
+        std::int64_t first = 0, last = -1;
+        if (!c.probs(s, b, h, i, prob, &first, &last, &lse, &given)) continue;
         dp.assign(std::size_t(s.k_len), 0);
         float delta = 0;
         for (std::int64_t e = 0; e < p.head_dim_v; ++e)
           delta += c.rnd(c.at(tools::Tensor::dout, s.batch, m, h, e) * c.at(tools::Tensor::out, s.batch, m, h, e));
         delta = c.rnd(delta);
-        for (std::int64_t j = 0; j < s.k_len; ++j) {
+        for (std::int64_t j = first; j <= last; ++j) {
           float acc = 0;
           for (std::int64_t e = 0; e < p.head_dim_v; ++e)
             acc += c.at(tools::Tensor::dout, s.batch, m, h, e) * c.at(tools::Tensor::v, s.batch, s.k_begin + j, hk, e);
           dp[j] = c.rnd(c.rnd(acc) * c.drop(b, h, i, j));
         }
         std::vector<float> dq_row(std::size_t(p.head_dim), 0);
-        for (std::int64_t j = 0; j < s.k_len; ++j) {
-          const float ds = c.rnd(prob[j] * (dp[j] - delta));
-          const float pd = c.rnd(prob[j] * c.drop(b, h, i, j));
+        for (std::int64_t j = first; j <= last; ++j) {
+          const float ds = c.rnd(prob[j - first] * (dp[j] - delta));
+          const float pd = c.rnd(prob[j - first] * c.drop(b, h, i, j));
           for (std::int64_t d = 0; d < p.head_dim; ++d) {
             dq_row[d] += ds * c.at(tools::Tensor::k, s.batch, s.k_begin + j, hk, d);
             dk[idx4(kshape, s.batch, s.k_begin + j, hk, d)] += ds * c.at(tools::Tensor::q, s.batch, m, h, d);

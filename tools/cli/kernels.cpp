@@ -2,9 +2,11 @@
 
 #include <iostream>
 
+#include "memattn/kernels.hpp"
+
 namespace memattn::cli {
 
-int kernels_command(ProblemFlags& flags) {
+int kernels_command(ProblemFlags& flags, bool resources) {
   Backend backend = Backend::automatic;
   if (Status s = parse_backend(flags.backend, &backend); !s.ok()) {
     std::cerr << "error: " << s.message() << "\n";
@@ -23,8 +25,12 @@ int kernels_command(ProblemFlags& flags) {
             << "  reference  float64, one query row at a time, every feature (for checking)\n"
             << "  cpu-fast   tiles of 64 queries x 64 keys (16 x 64 when D + Dv > 1024), online softmax,\n"
             << "             fp32 accumulation, OpenMP over tiles, every feature\n";
-  std::cout << "CUDA kernel table: " << (cuda_available() ? "no kernels in this build yet" : "no CUDA device or backend")
-            << "\n";
+  const std::vector<KernelInfo> table = list_kernels(resources);
+  std::cout << "CUDA kernel table (" << table.size() << " rows, tried in this order):\n";
+  for (const KernelInfo& k : table) {
+    std::cout << "  " << k.description << "\n";
+    if (!k.resources.empty()) std::cout << "      " << k.resources << "\n";
+  }
 
   tools::Workload w(spec);
   if (backend == Backend::cuda)

@@ -6,6 +6,7 @@
 namespace memattn::cli {
 
 // Lists the implementations (CPU paths, CUDA kernel table) and the choice for the given problem.
-int kernels_command(ProblemFlags& flags);
+// resources: also the registers, spills, shared memory and occupancy of every row.
+int kernels_command(ProblemFlags& flags, bool resources);
 
 }  // namespace memattn::cli

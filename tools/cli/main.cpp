@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   memattn::cli::ProblemFlags kflags;
   CLI::App* kernels_cmd = app.add_subcommand("kernels", "List the implementations and the one a problem would use");
   memattn::cli::add_problem_flags(kernels_cmd, &kflags);
+  bool resources = false;
+  kernels_cmd->add_flag("--resources", resources, "Also show registers, spills, shared memory and occupancy (needs a GPU)");
 
   try {
     app.parse(argc, argv);
@@ -32,5 +34,5 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (*run_cmd) return memattn::cli::run_command(run);
-  return memattn::cli::kernels_command(kflags);
+  return memattn::cli::kernels_command(kflags, resources);
 }

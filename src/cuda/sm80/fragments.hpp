@@ -51,7 +51,7 @@ __device__ __forceinline__ constexpr auto rowcol_layout(Layout acc) {
 
 template <class Tensor>
 __device__ __forceinline__ auto rowcol(Tensor&& t) {
-  return make_tensor(t.data(), rowcol_layout(t.layout()));
+  return cute::make_tensor(t.data(), rowcol_layout(t.layout()));
 }
 
 // The accumulator of S = Q K^T reused as the A operand of O += P V: two neighbouring n8 column
@@ -66,7 +66,7 @@ __device__ __forceinline__ constexpr auto acc_as_a_operand(Layout acc) {
 // Elementwise conversion of a register fragment (fp32 -> bf16/fp16, rounding to nearest).
 template <class To, class Tensor>
 __device__ __forceinline__ auto convert_fragment(const Tensor& t) {
-  auto out = make_tensor<To>(t.layout());
+  auto out = cute::make_tensor<To>(t.layout());
   CUTE_UNROLL
   for (int i = 0; i < size(t); ++i) out(i) = To(t(i));
   return out;

@@ -74,13 +74,13 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* sme
       element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + hk * p.v_head_stride);
   const auto tile_q = make_shape(Int<kBlockM>{}, Int<kHeadDim>{});
   const auto tile_kv = make_shape(Int<kBlockN>{}, Int<kHeadDim>{});
-  Tensor gQ = make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}));
+  Tensor gQ = cute::make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}));
   const auto k_tile = [&](int n) {
-    return make_tensor(make_gmem_ptr(k_ptr + std::int64_t(n) * kBlockN * p.k_row_stride), tile_kv,
+    return cute::make_tensor(make_gmem_ptr(k_ptr + std::int64_t(n) * kBlockN * p.k_row_stride), tile_kv,
                        make_stride(p.k_row_stride, _1{}));
   };
   const auto v_tile = [&](int n) {
-    return make_tensor(make_gmem_ptr(v_ptr + std::int64_t(n) * kBlockN * p.v_row_stride), tile_kv,
+    return cute::make_tensor(make_gmem_ptr(v_ptr + std::int64_t(n) * kBlockN * p.v_row_stride), tile_kv,
                        make_stride(p.v_row_stride, _1{}));
   };
   const auto keys_in = [&](int n) { return int(min(std::int64_t(kBlockN), seq.k_len - std::int64_t(n) * kBlockN)); };
@@ -89,10 +89,10 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* sme
   Element* smem_q = reinterpret_cast<Element*>(smem);
   Element* smem_k = smem_q + Traits::kSmemElemsQ;
   Element* smem_v = smem_k + Traits::kSmemElemsKV;
-  Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
-  Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
-  Tensor sV = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutKV{});
-  Tensor sVt = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
+  Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
+  Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
+  Tensor sV = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutKV{});
+  Tensor sVt = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
 
   // Global -> shared copies, predicated on rows and head-dim columns.
   typename Traits::LoadCopy load;
@@ -164,9 +164,10 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* sme
 
     Tensor acc_s_rc = rowcol(acc_s);
     softmax.update(acc_s_rc, acc_o_rc);
-    if constexpr ((kFeatures & kDropout) != 0) apply_dropout(p, origin, acc_s, tScS);
+    if constexpr ((kFeatures & kDropout) != 0)
+      if (p.dropout) apply_dropout(p, origin, acc_s, tScS);
     Tensor p_frag = convert_fragment<Element>(acc_s);
-    Tensor tOrP = make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
+    Tensor tOrP = cute::make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
     CUTE_UNROLL
     for (int kk = 0; kk < size<2>(tOrP); ++kk) {
       copy(v_s2r_copy, tOsVt(_, _, kk), tOrVt_view(_, _, kk));
@@ -176,7 +177,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* sme
 
   // Epilogue: normalise, LSE, then O through shared memory (Q's space) to global memory.
   float lse[decltype(size<0>(acc_o_rc))::value];
-  softmax.finalize(acc_o_rc, (kFeatures & kDropout) ? p.dropout_scale : 1.0f, lse);
+  softmax.finalize(acc_o_rc, (kFeatures & kDropout) && p.dropout ? p.dropout_scale : 1.0f, lse);
   if (p.lse) {
     Tensor tOcO_rc = rowcol(thr_mma.partition_C(make_identity_tensor(tile_q)));
     float* lse_base = p.lse + seq.batch * p.lse_batch_stride + work.h * p.lse_head_stride;
@@ -192,12 +193,12 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* sme
   __syncthreads();  // every warp is done reading Q and V
   auto r2s = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma);
   auto r2s_thr = r2s.get_thread_slice(tid);
-  Tensor sO = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
+  Tensor sO = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
   copy(r2s, r2s_thr.retile_S(o_frag), r2s_thr.partition_D(sO));
   __syncthreads();
   Element* o_ptr = static_cast<Element*>(p.out) + seq.batch * p.o_batch_stride + (seq.q_begin + m0) * p.o_row_stride +
                    work.h * p.o_head_stride;
-  Tensor gO = make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{}));
+  Tensor gO = cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{}));
   typename Traits::StoreCopy store;
   auto store_thr = store.get_thread_slice(tid);
   store_predicated(store, store_thr.partition_S(sO), store_thr.partition_D(gO),

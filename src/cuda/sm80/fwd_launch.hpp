@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/fwd_params.hpp"
+#include "cuda/kernel_table.hpp"
 #include "cuda/sm80/fwd_kernel.hpp"
 #include "memattn/status.hpp"
 
@@ -24,6 +25,23 @@ Status launch_forward(const FwdParams& p, cudaStream_t stream) {
   kernel<<<unsigned(grid), Traits::kThreads, kSmem, stream>>>(p);
   if (cudaError_t e = cudaGetLastError())
     return {StatusCode::device_error, std::string("forward kernel launch: ") + cudaGetErrorString(e)};
+  return Status::Ok();
+}
+
+template <class Traits, unsigned kFeatures>
+Status forward_resources(KernelResources* r) {
+  auto kernel = forward_kernel<Traits, kFeatures>;
+  constexpr int kSmem = Traits::kSmemBytes;
+  cudaFuncAttributes attr{};
+  if (cudaError_t e = cudaFuncGetAttributes(&attr, kernel))
+    return {StatusCode::device_error, std::string("cudaFuncGetAttributes: ") + cudaGetErrorString(e)};
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  r->threads = Traits::kThreads;
+  r->registers = attr.numRegs;
+  r->local_bytes = int(attr.localSizeBytes);
+  r->smem_bytes = int(attr.sharedSizeBytes) + kSmem;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r->blocks_per_sm, kernel, Traits::kThreads, kSmem))
+    return {StatusCode::device_error, std::string("occupancy: ") + cudaGetErrorString(e)};
   return Status::Ok();
 }
 

@@ -26,12 +26,14 @@ struct TileOrigin {
 };
 
 // s <- log2(e) * (scale * s + bias), and -inf where the mask hides the key (only when `masked`:
-// tiles fully inside the window skip the per-element test).
-template <class Element, bool kHasBias, class Scores, class Coords>
+// tiles fully inside the window skip the per-element test). kBiasCode compiles the bias in; a
+// problem without bias still runs such a kernel (p.bias is null then).
+template <class Element, bool kBiasCode, class Scores, class Coords>
 __device__ __forceinline__ void transform_scores(const FwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
                                                  bool masked, Scores& s, const Coords& coord) {
+  const bool has_bias = kBiasCode && p.bias != nullptr;
   const char* bias_base = nullptr;
-  if constexpr (kHasBias)
+  if (has_bias)
     bias_base = static_cast<const char*>(p.bias) +
                 (std::int64_t(t.b) * p.bias_batch_stride + std::int64_t(t.h) * p.bias_head_stride) *
                     (p.bias_is_f32 ? 4 : 2);
@@ -40,8 +42,8 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
     const std::int64_t i = t.m0 + get<0>(coord(e));
     const std::int64_t j = t.n0 + get<1>(coord(e));
     float x = s(e) * p.scale_log2;
-    if constexpr (kHasBias) {
-      if (i < t.q_len && j < t.k_len) {
+    if constexpr (kBiasCode) {
+      if (has_bias && i < t.q_len && j < t.k_len) {
         const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
         const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
                                       : float(reinterpret_cast<const Element*>(bias_base)[off]);
