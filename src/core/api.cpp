@@ -18,6 +18,8 @@ namespace memattn {
 namespace {
 
 Status check_workspace(const Options& opt, std::size_t needed) {
+  if (opt.workspace != nullptr && reinterpret_cast<std::uintptr_t>(opt.workspace) % 16 != 0)
+    return {StatusCode::invalid_argument, "workspace: must be 16-byte aligned"};
   if (opt.workspace != nullptr && opt.workspace_bytes < needed)
     return {StatusCode::invalid_argument, "workspace: " + std::to_string(opt.workspace_bytes) +
                                               " bytes given, " + std::to_string(needed) + " needed"};

@@ -132,11 +132,43 @@ FwdParams forward_params(const ForwardArgs& a, const detail::Problem& p, const F
 
 Status unsupported(std::string why) { return {StatusCode::unsupported, std::move(why)}; }
 
+// A forward ready to launch: the row, its parameters, and the workspace it needs.
+struct ForwardPlan {
+  const ForwardKernel* kernel = nullptr;
+  FwdParams params{};
+  std::size_t workspace_bytes = 0;
+};
+
+constexpr int kGlobalChunk = 64;  // head-dim chunk of the global-accumulator kernels
+
+Status plan_forward(const ForwardArgs& args, const detail::Problem& p, ForwardPlan* plan) {
+  std::string why;
+  plan->kernel = choose(forward_need(args, p), &why);
+  if (!plan->kernel) return unsupported(why);
+  plan->params = forward_params(args, p, *plan->kernel);
+  if (plan->kernel->accumulator != Accumulator::global) return Status::Ok();
+  // One workspace slot (the output accumulator of one query tile) per resident CTA; the CTAs
+  // take the work items in turn.
+  KernelResources r;
+  if (Status s = plan->kernel->resources(&r); !s.ok()) return s;
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  FwdParams& f = plan->params;
+  f.grid_ctas = std::min<std::int64_t>(f.num_blocks, std::int64_t(sms) * std::max(1, r.blocks_per_sm));
+  f.o_accum_slot_elems =
+      std::int64_t(plan->kernel->block_m) * ((p.head_dim_v + kGlobalChunk - 1) / kGlobalChunk) * kGlobalChunk;
+  plan->workspace_bytes = std::size_t(f.grid_ctas) * std::size_t(f.o_accum_slot_elems) * sizeof(float);
+  return Status::Ok();
+}
+
 }  // namespace
 
-Status workspace_size(const ForwardArgs&, const detail::Problem&, std::size_t* bytes) {
-  *bytes = 0;
-  return Status::Ok();
+Status workspace_size(const ForwardArgs& args, const detail::Problem& p, std::size_t* bytes) {
+  ForwardPlan plan;
+  const Status s = plan_forward(args, p, &plan);
+  *bytes = s.ok() ? plan.workspace_bytes : 0;
+  return s.code() == StatusCode::unsupported ? Status::Ok() : s;  // forward() reports the misfit
 }
 
 Status workspace_size(const BackwardArgs&, const detail::Problem&, std::size_t* bytes) {
@@ -145,18 +177,28 @@ Status workspace_size(const BackwardArgs&, const detail::Problem&, std::size_t* 
 }
 
 Status forward(const ForwardArgs& args, const detail::Problem& p) {
-  std::string why;
-  const ForwardKernel* k = choose(forward_need(args, p), &why);
-  if (!k) return unsupported(why);
+  ForwardPlan plan;
+  if (Status s = plan_forward(args, p, &plan); !s.ok()) return s;
   if (p.seqlen_q == 0 || p.batch == 0) return Status::Ok();
-  return k->launch(forward_params(args, p, *k), static_cast<cudaStream_t>(args.stream));
+  const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
+  void* scratch = args.workspace;
+  const bool own = plan.workspace_bytes > 0 && scratch == nullptr;
+  if (own)
+    if (cudaError_t e = cudaMallocAsync(&scratch, plan.workspace_bytes, stream))
+      return {StatusCode::device_error, std::string("workspace allocation: ") + cudaGetErrorString(e)};
+  plan.params.o_accum = static_cast<float*>(scratch);
+  const Status s = plan.kernel->launch(plan.params, stream);
+  if (own) cudaFreeAsync(scratch, stream);
+  return s;
 }
 
-Status describe_forward(const ForwardArgs& args, const detail::Problem& p, std::string* plan) {
-  std::string why;
-  const ForwardKernel* k = choose(forward_need(args, p), &why);
-  if (!k) return unsupported(why);
-  *plan = describe(*k);
+Status describe_forward(const ForwardArgs& args, const detail::Problem& p, std::string* text) {
+  ForwardPlan plan;
+  if (Status s = plan_forward(args, p, &plan); !s.ok()) return s;
+  *text = describe(*plan.kernel);
+  if (plan.workspace_bytes)
+    *text += ", workspace " + std::to_string(plan.workspace_bytes >> 20) + " MiB for " +
+             std::to_string(plan.params.grid_ctas) + " CTAs";
   return Status::Ok();
 }
 

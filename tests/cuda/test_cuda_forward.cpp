@@ -1,11 +1,12 @@
 // The CUDA forward against the float64 reference on every feature case (DESIGN.md §3), plus the
 // sizes that stress indexing: batch x heads above 65535, and a sequence past 65536 keys with a
-// dense bias whose offsets pass 2^31. Skipped without a GPU.
+// dense bias whose offsets pass 2^31 (a 2^31-element bias, 4.3 GB). Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include "memattn/attention.hpp"
 #include "support/cases.hpp"
 #include "support/check.hpp"
+#include "support/dropout_masks.hpp"
 
 namespace memattn::testing {
 namespace {
@@ -37,6 +38,11 @@ TEST_P(CudaForward, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Features, CudaForward, ::testing::ValuesIn(gpu_cases()),
                          [](const ::testing::TestParamInfo<GpuCase>& info) { return info.param.c.name; });
 
+TEST(CudaForward, DropoutMaskMatchesTheMapping) {
+  SKIP_WITHOUT_GPU();
+  check_dropout_masks(Backend::cuda, /*backward=*/false);
+}
+
 TEST(CudaForwardSizes, BatchTimesHeadsAbove65535) {
   SKIP_WITHOUT_GPU();
   tools::ProblemSpec s;
@@ -54,7 +60,8 @@ TEST(CudaForwardSizes, LongSequenceWithDenseBiasNeedsInt64Offsets) {
   tools::ProblemSpec s;
   s.batch = 1;
   s.heads_q = s.heads_k = 1;
-  s.seqlen_q = s.seqlen_k = 70000;  // bias offsets reach 4.9e9
+  s.seqlen_q = 32769;  // with bottom-right alignment the last rows read bias offsets past 2^31
+  s.seqlen_k = 65540;  // and more than 65536 keys
   s.head_dim = s.head_dim_v = 64;
   s.dtype = DType::bf16;
   s.bias = tools::bias_pattern(tools::BiasKind::dense);

@@ -131,11 +131,15 @@ std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Standard normal value of element `index`: Box-Muller on one 64-bit hash gives the pair of
+// elements (2k, 2k + 1), so generation costs one hash and one log/sincos per two values.
 float normal(std::uint64_t seed, std::uint64_t index) {
-  const std::uint64_t r = mix(seed ^ mix(index));
-  const double u1 = (double((r >> 11) & ((1ull << 26) - 1)) + 0.5) / double(1ull << 26);
-  const double u2 = double(r & ((1ull << 11) - 1)) / double(1ull << 11) + double(mix(r) >> 40) / double(1ull << 35);
-  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  const std::uint64_t r = mix(seed ^ mix(index >> 1));
+  const float u1 = (float(std::uint32_t(r >> 40)) + 0.5f) * (1.0f / 16777216.0f);  // (0, 1)
+  const float u2 = float(std::uint32_t(r) >> 8) * (1.0f / 16777216.0f);             // [0, 1)
+  const float radius = std::sqrt(-2.0f * std::log(u1));
+  const float angle = 6.2831853f * u2;
+  return radius * ((index & 1) ? std::sin(angle) : std::cos(angle));
 }
 
 // Calls f(offset, linear index) for every element of a view.
@@ -272,6 +276,7 @@ void Workload::poison_outputs() {
     Buffer& b = host(t);
     if (!b.view.defined()) continue;
     const std::int64_t n = std::int64_t(b.bytes.size() / dtype_size(b.view.dtype));
+#pragma omp parallel for schedule(static)
     for (std::int64_t e = 0; e < n; ++e)
       detail::store_float(b.bytes.data(), b.view.dtype, e, std::numeric_limits<float>::quiet_NaN());
     if (device_) device_->upload(int(t), b.bytes.data(), b.bytes.size());

@@ -11,6 +11,8 @@
 
 #include "core/mask.hpp"
 #include "cuda/fwd_params.hpp"
+#include "cuda/sm80/epilogue.hpp"
+#include "cuda/sm80/fwd_common.hpp"
 #include "cuda/sm80/fragments.hpp"
 #include "cuda/sm80/fwd_traits.hpp"
 #include "cuda/sm80/score_mods.hpp"
@@ -20,29 +22,6 @@
 namespace memattn::cuda::sm80 {
 
 using namespace cute;
-
-// Per-launch features, so the common case carries no bias or dropout code.
-enum Features : unsigned { kPlain = 0, kBias = 1, kDropout = 2 };
-
-template <class Element>
-__device__ __forceinline__ const Element* element_ptr(const void* base, std::int64_t offset) {
-  return static_cast<const Element*>(base) + offset;
-}
-
-// Writes O = 0 and LSE = -inf for rows that see no key at all.
-template <class Traits>
-__device__ void write_empty_rows(const FwdParams& p, const SequenceInfo& seq, int h, std::int64_t m0, int rows) {
-  using Element = typename Traits::Element;
-  Element* out = static_cast<Element*>(p.out) + seq.batch * p.o_batch_stride + h * p.o_head_stride;
-  for (int e = threadIdx.x; e < rows * p.head_dim_v; e += Traits::kThreads) {
-    const std::int64_t r = m0 + e / p.head_dim_v;
-    out[(seq.q_begin + r) * p.o_row_stride + e % p.head_dim_v] = Element(0.0f);
-  }
-  if (p.lse)
-    for (int r = threadIdx.x; r < rows; r += Traits::kThreads)
-      p.lse[seq.batch * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_begin + m0 + r) * p.lse_row_stride] =
-          -INFINITY;
-}
 
 template <class Traits, unsigned kFeatures>
 __device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* smem) {
@@ -178,31 +157,12 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* sme
   // Epilogue: normalise, LSE, then O through shared memory (Q's space) to global memory.
   float lse[decltype(size<0>(acc_o_rc))::value];
   softmax.finalize(acc_o_rc, (kFeatures & kDropout) && p.dropout ? p.dropout_scale : 1.0f, lse);
-  if (p.lse) {
-    Tensor tOcO_rc = rowcol(thr_mma.partition_C(make_identity_tensor(tile_q)));
-    float* lse_base = p.lse + seq.batch * p.lse_batch_stride + work.h * p.lse_head_stride;
-    if (tid % 4 == 0) {
-      CUTE_UNROLL
-      for (int r = 0; r < size<0>(tOcO_rc); ++r) {
-        const int row = get<0>(tOcO_rc(r, 0));
-        if (row < rows) lse_base[(seq.q_begin + m0 + row) * p.lse_row_stride] = lse[r];
-      }
-    }
-  }
-  Tensor o_frag = convert_fragment<Element>(acc_o);
-  __syncthreads();  // every warp is done reading Q and V
-  auto r2s = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma);
-  auto r2s_thr = r2s.get_thread_slice(tid);
-  Tensor sO = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
-  copy(r2s, r2s_thr.retile_S(o_frag), r2s_thr.partition_D(sO));
-  __syncthreads();
+  write_lse(p, seq, work.h, m0, rows, lse, rowcol(thr_mma.partition_C(make_identity_tensor(tile_q))));
   Element* o_ptr = static_cast<Element*>(p.out) + seq.batch * p.o_batch_stride + (seq.q_begin + m0) * p.o_row_stride +
                    work.h * p.o_head_stride;
-  Tensor gO = cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{}));
-  typename Traits::StoreCopy store;
-  auto store_thr = store.get_thread_slice(tid);
-  store_predicated(store, store_thr.partition_S(sO), store_thr.partition_D(gO),
-                   store_thr.partition_S(make_identity_tensor(tile_q)), rows, p.head_dim_v);
+  store_tile<Traits, typename Traits::SmemLayoutQ>(
+      mma, convert_fragment<Element>(acc_o), smem_q,
+      cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{})), rows, p.head_dim_v);
 }
 
 template <class Traits, unsigned kFeatures>

@@ -1,4 +1,5 @@
-// Host side of one sm80 forward instantiation: shared-memory limit, grid, launch.
+// Host side of the sm80 forward instantiations: shared-memory limit, grid, launch, and the
+// resource report of each kernel.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,41 +9,74 @@
 
 #include "cuda/fwd_params.hpp"
 #include "cuda/kernel_table.hpp"
+#include "cuda/sm80/fwd_fp32_kernel.hpp"
+#include "cuda/sm80/fwd_global_kernel.hpp"
 #include "cuda/sm80/fwd_kernel.hpp"
 #include "memattn/status.hpp"
 
 namespace memattn::cuda::sm80 {
 
+inline Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return {StatusCode::device_error, std::string(what) + ": " + cudaGetErrorString(e)};
+}
+
+// One CTA per work item unless the parameters cap the grid (p.grid_ctas); past gridDim.x's limit
+// the CTAs stride over the rest.
+template <class Kernel>
+Status launch(Kernel kernel, int threads, int smem, const FwdParams& p, cudaStream_t stream) {
+  if (Status s = cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                             "cudaFuncSetAttribute");
+      !s.ok())
+    return s;
+  std::int64_t grid = p.grid_ctas > 0 ? std::min<std::int64_t>(p.grid_ctas, p.num_blocks) : p.num_blocks;
+  grid = std::min<std::int64_t>(grid, 0x7fffffff);
+  if (grid == 0) return Status::Ok();
+  kernel<<<unsigned(grid), threads, smem, stream>>>(p);
+  return cuda_status(cudaGetLastError(), "forward kernel launch");
+}
+
+template <class Kernel>
+Status resources(Kernel kernel, int threads, int smem, KernelResources* r) {
+  cudaFuncAttributes attr{};
+  if (Status s = cuda_status(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes"); !s.ok()) return s;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  r->threads = threads;
+  r->registers = attr.numRegs;
+  r->local_bytes = int(attr.localSizeBytes);
+  r->smem_bytes = int(attr.sharedSizeBytes) + smem;
+  return cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r->blocks_per_sm, kernel, threads, smem),
+                     "occupancy");
+}
+
 template <class Traits, unsigned kFeatures>
 Status launch_forward(const FwdParams& p, cudaStream_t stream) {
-  auto kernel = forward_kernel<Traits, kFeatures>;
-  constexpr int kSmem = Traits::kSmemBytes;
-  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem))
-    return {StatusCode::device_error, std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e)};
-  // One CTA per work item; past gridDim.x's limit the CTAs stride over the rest.
-  const std::int64_t grid = std::min<std::int64_t>(p.num_blocks, 0x7fffffff);
-  if (grid == 0) return Status::Ok();
-  kernel<<<unsigned(grid), Traits::kThreads, kSmem, stream>>>(p);
-  if (cudaError_t e = cudaGetLastError())
-    return {StatusCode::device_error, std::string("forward kernel launch: ") + cudaGetErrorString(e)};
-  return Status::Ok();
+  return launch(forward_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
 }
 
 template <class Traits, unsigned kFeatures>
 Status forward_resources(KernelResources* r) {
-  auto kernel = forward_kernel<Traits, kFeatures>;
-  constexpr int kSmem = Traits::kSmemBytes;
-  cudaFuncAttributes attr{};
-  if (cudaError_t e = cudaFuncGetAttributes(&attr, kernel))
-    return {StatusCode::device_error, std::string("cudaFuncGetAttributes: ") + cudaGetErrorString(e)};
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  r->threads = Traits::kThreads;
-  r->registers = attr.numRegs;
-  r->local_bytes = int(attr.localSizeBytes);
-  r->smem_bytes = int(attr.sharedSizeBytes) + kSmem;
-  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r->blocks_per_sm, kernel, Traits::kThreads, kSmem))
-    return {StatusCode::device_error, std::string("occupancy: ") + cudaGetErrorString(e)};
-  return Status::Ok();
+  return resources(forward_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
+}
+
+template <class Traits, unsigned kFeatures>
+Status launch_forward_global(const FwdParams& p, cudaStream_t stream) {
+  return launch(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
+}
+
+template <class Traits, unsigned kFeatures>
+Status forward_global_resources(KernelResources* r) {
+  return resources(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
+}
+
+template <class Traits, unsigned kFeatures>
+Status launch_forward_fp32(const FwdParams& p, cudaStream_t stream) {
+  return launch(forward_fp32_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
+}
+
+template <class Traits, unsigned kFeatures>
+Status forward_fp32_resources(KernelResources* r) {
+  return resources(forward_fp32_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
 }
 
 }  // namespace memattn::cuda::sm80

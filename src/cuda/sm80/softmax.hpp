@@ -1,6 +1,7 @@
-// Online softmax on register fragments, in base 2. The four threads of a quad share the rows of
-// an m16n8 fragment, so row reductions are two xor-shuffles. Row sums stay per-thread partial
-// sums until the end (every thread of a quad rescales by the same factor).
+// Online softmax on register fragments, in base 2. kRowThreads consecutive lanes share a row (the
+// four threads of a quad for m16n8 fragments; 16 in the fp32 SIMT kernel), so row reductions are
+// log2(kRowThreads) xor-shuffles. Row sums stay per-thread partial sums until the end (all threads
+// of a row rescale by the same factor).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -17,17 +18,21 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+template <int kRowThreads>
+__device__ __forceinline__ float row_max_all(float x) {
+  CUTE_UNROLL
+  for (int offset = 1; offset < kRowThreads; offset *= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
 }
 
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+template <int kRowThreads>
+__device__ __forceinline__ float row_sum_all(float x) {
+  CUTE_UNROLL
+  for (int offset = 1; offset < kRowThreads; offset *= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
 }
 
-template <int kRows>  // rows a thread holds: 2 * MMA_M
+template <int kRows, int kRowThreads = 4>  // rows a thread holds (2 * MMA_M for m16n8 fragments)
 struct OnlineSoftmax {
   float row_max[kRows];  // in log2 units
   float row_sum[kRows];  // this thread's share of the row
@@ -41,21 +46,21 @@ struct OnlineSoftmax {
   }
 
   // scores: (rows, cols) view of one tile of log2-domain scores (-inf where masked); becomes the
-  // probabilities relative to the running max. acc: (rows, cols) view of the output accumulator,
-  // rescaled where the max moved.
-  template <class Scores, class Acc>
-  __device__ __forceinline__ void update(Scores& scores, Acc& acc) {
+  // probabilities relative to the running max. rescale[r]: the factor the output accumulator's
+  // row r must be multiplied by because its max moved.
+  template <class Scores>
+  __device__ __forceinline__ void update(Scores& scores, float (&rescale)[kRows]) {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       float tile_max = row_max[r];
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
-      const float new_max = quad_max(tile_max);
+      const float new_max = row_max_all<kRowThreads>(tile_max);
       // A row that has seen nothing visible keeps max -inf: exponentiate against 0 so that its
       // probabilities are exp2(-inf) = 0, and leave its accumulator alone.
       const bool empty = new_max == -INFINITY;
       const float shift = empty ? 0.0f : new_max;
-      const float rescale = empty ? 1.0f : fast_exp2(row_max[r] - new_max);
+      rescale[r] = empty ? 1.0f : fast_exp2(row_max[r] - new_max);
       row_max[r] = new_max;
       float sum = 0.0f;
       CUTE_UNROLL
@@ -63,25 +68,44 @@ struct OnlineSoftmax {
         scores(r, c) = fast_exp2(scores(r, c) - shift);
         sum += scores(r, c);
       }
-      row_sum[r] = row_sum[r] * rescale + sum;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(acc); ++c) acc(r, c) *= rescale;
+      row_sum[r] = row_sum[r] * rescale[r] + sum;
     }
   }
 
-  // Divides the accumulator rows by their sums (times out_scale, the dropout factor) and gives
-  // each row's natural-log LSE; rows that saw no key get 0 and -inf.
+  // The same, rescaling an accumulator held in registers.
+  template <class Scores, class Acc>
+  __device__ __forceinline__ void update(Scores& scores, Acc& acc) {
+    float rescale[kRows];
+    update(scores, rescale);
+    scale_rows(acc, rescale);
+  }
+
   template <class Acc>
-  __device__ __forceinline__ void finalize(Acc& acc, float out_scale, float (&lse)[kRows]) {
+  __device__ __forceinline__ static void scale_rows(Acc& acc, const float (&factor)[kRows]) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r)
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(acc); ++c) acc(r, c) *= factor[r];
+  }
+
+  // Per-row output factors once every key has been seen: out_scale / row sum (out_scale is the
+  // dropout factor), and each row's natural-log LSE; rows that saw no key get 0 and -inf.
+  __device__ __forceinline__ void final_factors(float out_scale, float (&norm)[kRows], float (&lse)[kRows]) {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const float sum = quad_sum(row_sum[r]);
+      const float sum = row_sum_all<kRowThreads>(row_sum[r]);
       const bool empty = row_max[r] == -INFINITY || !(sum > 0.0f);
-      const float norm = empty ? 0.0f : out_scale / sum;
+      norm[r] = empty ? 0.0f : out_scale / sum;
       lse[r] = empty ? -INFINITY : (row_max[r] + __log2f(sum)) * 0.6931471805599453f;
-      CUTE_UNROLL
-      for (int c = 0; c < size<1>(acc); ++c) acc(r, c) *= norm;
     }
+  }
+
+  // Divides the accumulator rows by their sums (times out_scale) and gives each row's LSE.
+  template <class Acc>
+  __device__ __forceinline__ void finalize(Acc& acc, float out_scale, float (&lse)[kRows]) {
+    float norm[kRows];
+    final_factors(out_scale, norm, lse);
+    scale_rows(acc, norm);
   }
 };
 

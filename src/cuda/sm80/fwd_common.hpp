@@ -1,0 +1,36 @@
+// Pieces both sm80 forward kernels use: feature flags, typed pointers, rows that see no key.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "cuda/fwd_params.hpp"
+#include "cuda/tile_scheduler.hpp"
+
+namespace memattn::cuda::sm80 {
+
+// Per-launch features, so the common case carries no bias or dropout code.
+enum Features : unsigned { kPlain = 0, kBias = 1, kDropout = 2 };
+
+template <class Element>
+__device__ __forceinline__ const Element* element_ptr(const void* base, std::int64_t offset) {
+  return static_cast<const Element*>(base) + offset;
+}
+
+// Writes O = 0 and LSE = -inf for rows that see no key at all.
+template <class Traits>
+__device__ void write_empty_rows(const FwdParams& p, const SequenceInfo& seq, int h, std::int64_t m0, int rows) {
+  using Element = typename Traits::Element;
+  Element* out = static_cast<Element*>(p.out) + seq.batch * p.o_batch_stride + h * p.o_head_stride;
+  for (int e = threadIdx.x; e < rows * p.head_dim_v; e += Traits::kThreads) {
+    const std::int64_t r = m0 + e / p.head_dim_v;
+    out[(seq.q_begin + r) * p.o_row_stride + e % p.head_dim_v] = Element(0.0f);
+  }
+  if (p.lse)
+    for (int r = threadIdx.x; r < rows; r += Traits::kThreads)
+      p.lse[seq.batch * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_begin + m0 + r) * p.lse_row_stride] =
+          -INFINITY;
+}
+
+}  // namespace memattn::cuda::sm80
