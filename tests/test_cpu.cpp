@@ -9,6 +9,7 @@ namespace {
 
 struct CpuCase {
   NamedCase c;
+  friend void PrintTo(const CpuCase& x, std::ostream* os) { *os << x.c.spec.describe(); }
 };
 
 std::vector<CpuCase> all_cases() {

@@ -211,7 +211,7 @@ TEST(Validation, WorkspaceTooSmallIsNotAskedOnCpu) {
   tools::Workload w(good_spec());
   w.fill_inputs(next_seed());
   ForwardArgs a = w.forward_args();
-  char scratch[4];
+  alignas(16) char scratch[16];
   a.workspace = scratch;
   a.workspace_bytes = 0;
   std::size_t need = 1;

@@ -13,6 +13,7 @@ namespace {
 
 struct GpuCase {
   NamedCase c;
+  friend void PrintTo(const GpuCase& x, std::ostream* os) { *os << x.c.spec.describe(); }
 };
 
 std::vector<GpuCase> gpu_cases() {
