@@ -44,20 +44,38 @@ std::uint64_t next_seed() {
   return counter.fetch_add(0x9E3779B97F4A7C15ull);
 }
 
+// With MEMATTN_TEST_VERBOSE=1, prints how long each phase of a check takes.
+struct PhaseTimer {
+  bool on = std::getenv("MEMATTN_TEST_VERBOSE") && *std::getenv("MEMATTN_TEST_VERBOSE") == '1';
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  void operator()(const char* phase) {
+    const auto now = std::chrono::steady_clock::now();
+    if (on) std::printf("    %-12s %8.3f s\n", phase, std::chrono::duration<double>(now - last).count());
+    std::fflush(stdout);
+    last = now;
+  }
+};
+
 void check_case(const tools::ProblemSpec& spec, const CheckOptions& options) {
   SCOPED_TRACE(spec.describe());
+  PhaseTimer phase;
   const std::uint64_t seed = next_seed();
   tools::Workload w(spec);
   w.fill_inputs(seed);
+  phase("inputs");
   if (spec.backend == Backend::cuda) ASSERT_TRUE(w.to_device().ok());
   w.poison_outputs();
+  phase("to device");
   const Status fs = forward(w.forward_args());
   ASSERT_TRUE(fs.ok()) << fs.to_string();
   ASSERT_TRUE(w.copy_outputs_to_host().ok());
+  phase("forward");
 
   reference::ForwardResult ref;
   ASSERT_TRUE(reference::forward(w.host_forward_args(), &ref).ok());
+  phase("reference");
   const NaiveForward naive = naive_forward(w);
+  phase("naive");
   const double tol = tools::output_tolerance(spec.dtype);
   expect_close("out", w.to_double(tools::Tensor::out), naive.out, ref.out, tol, spec.dtype, seed);
   if (w.has(tools::Tensor::lse)) {
