@@ -75,7 +75,7 @@ def make_inputs(cfg, seed):
     return q, k, v, dout, bias
 
 
-def time_impl(attend, cfg, inputs, iters):
+def time_impl(attend, cfg, inputs, iters, passes=("fwd", "bwd")):
     """(forward ms, backward ms) of attend(q, k, v, bias, causal), or None where it refuses."""
     q, k, v, dout, bias = inputs
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
@@ -84,7 +84,9 @@ def time_impl(attend, cfg, inputs, iters):
         torch.cuda.synchronize()
     except RuntimeError:
         return None
-    fwd = time_ms(lambda: attend(q, k, v, bias, cfg["causal"]), iters)
+    fwd = time_ms(lambda: attend(q, k, v, bias, cfg["causal"]), iters) if "fwd" in passes else None
+    if "bwd" not in passes:
+        return fwd, None
     try:
         bwd = time_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), iters)
     except RuntimeError:
@@ -142,6 +144,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--commit", default=os.environ.get("MEMATTN_COMMIT", "unknown"))
     ap.add_argument("--only", default="", help="comma-separated row indices to run (debugging)")
+    ap.add_argument("--passes", default="fwd,bwd", help="which passes to time: fwd, bwd or both")
     args = ap.parse_args()
 
     impls = [("memattn", memattn_attend())] + [(name, sdpa(backend)) for name, backend in PEERS]
@@ -164,7 +167,7 @@ def main():
             except RuntimeError as e:
                 res["memattn_error"] = str(e)
         for name, attend in impls:
-            timing = time_impl(attend, cfg, inputs, args.iters) if attend else None
+            timing = time_impl(attend, cfg, inputs, args.iters, args.passes.split(",")) if attend else None
             fwd, bwd = timing if timing else (None, None)
             res[name] = dict(fwd_ms=fwd, bwd_ms=bwd,
                              fwd_tflops=res["fwd_flops"] / fwd / 1e9 if fwd else None,

@@ -45,7 +45,8 @@ if has sanitize; then
       bin=${t%%:*}
       filter=${t#*:}
       [[ $filter == "$t" ]] && filter='*'
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$filter" >>"$out/sanitizer.log" 2>&1
+      timeout "${SANITIZE_TIMEOUT:-120}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$filter" \
+        >>"$out/sanitizer.log" 2>&1
       note "compute-sanitizer $tool $(basename "$bin") [$filter]: exit $?"
     done
   done

@@ -1,6 +1,7 @@
 #include "support/naive.hpp"
 
 #include <cmath>
+#include <stdexcept>
 #include <limits>
 
 #include "core/numeric.hpp"
@@ -75,9 +76,25 @@ std::int64_t idx4(const TensorRef& t, std::int64_t a, std::int64_t b, std::int64
 
 }  // namespace
 
+// The problem's description, validated as for the reference (host memory, whatever the backend).
+detail::Problem host_problem(const tools::Workload& w, bool backward) {
+  detail::Problem p;
+  Status s;
+  if (backward) {
+    BackwardArgs a = w.host_backward_args();
+    a.backend = Backend::reference;
+    s = detail::build_problem(a, &p);
+  } else {
+    ForwardArgs a = w.host_forward_args();
+    a.backend = Backend::reference;
+    s = detail::build_problem(a, &p);
+  }
+  if (!s.ok()) throw std::runtime_error("naive comparator: " + s.to_string());
+  return p;
+}
+
 NaiveForward naive_forward(const tools::Workload& w) {
-  Ctx c{w, {}, w.spec().dtype};
-  detail::build_problem(w.host_forward_args(), &c.p);
+  Ctx c{w, host_problem(w, false), w.spec().dtype};
   const TensorRef& out = w.host(tools::Tensor::out).view;
   NaiveForward r;
   r.out.assign(std::size_t(out.numel()), kNaN);
@@ -105,8 +122,7 @@ NaiveForward naive_forward(const tools::Workload& w) {
 }
 
 NaiveBackward naive_backward(const tools::Workload& w) {
-  Ctx c{w, {}, w.spec().dtype};
-  detail::build_problem(w.host_backward_args(), &c.p);
+  Ctx c{w, host_problem(w, true), w.spec().dtype};
   const detail::Problem& p = c.p;
   const TensorRef &qv = w.host(tools::Tensor::q).view, &kv = w.host(tools::Tensor::k).view,
                   &vv = w.host(tools::Tensor::v).view;

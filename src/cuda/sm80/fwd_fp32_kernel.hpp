@@ -66,6 +66,49 @@ __device__ __forceinline__ void load_rows(const float* src, std::int64_t row_str
   }
 }
 
+// O_c = rescale * O_c + P V_c for one 64-wide value chunk: P (this tile's probabilities) and the
+// V chunk are in shared memory; a[4 * i + j] is the accumulator of row 4 ty + i, column 4 tx + j.
+template <class Traits>
+__device__ __forceinline__ void accumulate_chunk(float (&a)[16], bool first, const float (&rescale)[4],
+                                                 const float* sP, const float* sV, int tx, int ty) {
+  constexpr int kPLd = Traits::kBlockN + Traits::kPad, kVLd = Traits::kVChunk + Traits::kPad;
+  CUTE_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    CUTE_UNROLL
+    for (int j = 0; j < 4; ++j) a[4 * i + j] = first ? 0.0f : a[4 * i + j] * rescale[i];
+  }
+#pragma unroll 4
+  for (int k = 0; k < Traits::kBlockN; k += 4) {
+    float4 pr[4], vr[4];
+    CUTE_UNROLL
+    for (int i = 0; i < 4; ++i) pr[i] = *reinterpret_cast<const float4*>(sP + (4 * ty + i) * kPLd + k);
+    CUTE_UNROLL
+    for (int kk = 0; kk < 4; ++kk) vr[kk] = *reinterpret_cast<const float4*>(sV + (k + kk) * kVLd + 4 * tx);
+    CUTE_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const float pv[4] = {pr[i].x, pr[i].y, pr[i].z, pr[i].w};
+      CUTE_UNROLL
+      for (int kk = 0; kk < 4; ++kk) {
+        a[4 * i + 0] = fmaf(pv[kk], vr[kk].x, a[4 * i + 0]);
+        a[4 * i + 1] = fmaf(pv[kk], vr[kk].y, a[4 * i + 1]);
+        a[4 * i + 2] = fmaf(pv[kk], vr[kk].z, a[4 * i + 2]);
+        a[4 * i + 3] = fmaf(pv[kk], vr[kk].w, a[4 * i + 3]);
+      }
+    }
+  }
+}
+
+// The last tile's chunk: rows < rows and columns < cols of O, times each row's norm.
+__device__ __forceinline__ void store_chunk(const float (&a)[16], const float (&norm)[4], float* o, std::int64_t row_stride,
+                                            int rows, int cols, int tx, int ty) {
+  CUTE_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    CUTE_UNROLL
+    for (int j = 0; j < 4; ++j)
+      if (4 * ty + i < rows && 4 * tx + j < cols) o[(4 * ty + i) * row_stride + 4 * tx + j] = a[4 * i + j] * norm[i];
+  }
+}
+
 template <class Traits, unsigned kFeatures>
 __device__ void forward_tile_fp32(const FwdParams& p, const WorkItem& work, float* smem, float* slot) {
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kChunk = Traits::kChunk;
@@ -98,7 +141,7 @@ __device__ void forward_tile_fp32(const FwdParams& p, const WorkItem& work, floa
   float* sKt = sQt + Traits::kQtElems;
   float* sP = sKt + Traits::kKtElems;
   float* sV = sP + Traits::kPElems;
-  constexpr int kQtLd = kBlockM + kPad, kKtLd = kBlockN + kPad, kPLd = kBlockN + kPad, kVLd = kVChunk + kPad;
+  constexpr int kQtLd = kBlockM + kPad, kKtLd = kBlockN + kPad, kPLd = kBlockN + kPad;
 
   // This thread's 4 x 4 block, mode 0 the column and mode 1 the row, so that values (2k, 2k + 1)
   // are neighbouring columns of one row (what apply_dropout expects).
@@ -107,8 +150,7 @@ __device__ void forward_tile_fp32(const FwdParams& p, const WorkItem& work, floa
   Tensor tScS = cute::make_tensor(blk.data(), select<1, 0>(blk.layout()));  // (col, row) -> (row, col)
   Tensor s = cute::make_tensor<float>(Shape<_4, _4>{});
   Tensor s_rc = cute::make_tensor(s.data(), select<1, 0>(s.layout()));  // (row, col)
-  constexpr int kRegChunks = Traits::kVChunks > 0 ? Traits::kVChunks : 1;
-  Tensor acc = cute::make_tensor<float>(Shape<_4, _4, Int<kRegChunks>>{});  // (col, row, chunk)
+  float acc[Traits::kVChunks > 0 ? Traits::kVChunks : 1][16];  // value chunks held in registers
   OnlineSoftmax<4, Traits::kRowThreads> softmax;
   softmax.init();
   float rescale[4], norm[4], lse[4];
@@ -150,68 +192,41 @@ __device__ void forward_tile_fp32(const FwdParams& p, const WorkItem& work, floa
     for (int i = 0; i < 4; ++i)
       *reinterpret_cast<float4*>(sP + (4 * ty + i) * kPLd + 4 * tx) = make_float4(s(0, i), s(1, i), s(2, i), s(3, i));
 
-    // O_c = rescale * O_c + P V_c for each value chunk c, accumulator chunk `a`.
-    const auto value_chunk = [&](int c, auto&& a) {
-      const int c0 = c * kVChunk;
-      __syncthreads();  // P written; the previous V chunk's reads are done
-      load_rows<Traits>(v_ptr + n0 * p.v_row_stride + c0, p.v_row_stride, keys, p.head_dim_v - c0, sV);
-      [[maybe_unused]] float* acc_chunk = slot + std::int64_t(c) * kBlockM * kVChunk;
-      if (first) {
-        clear(a);
-      } else {
-        if constexpr (Traits::kVChunks == 0)
+    // Each value chunk: V_c into shared memory, then O_c = rescale * O_c + P V_c.
+    if constexpr (Traits::kVChunks > 0) {
+      CUTE_UNROLL  // a compile-time chunk index keeps the accumulators in registers
+      for (int c = 0; c < Traits::kVChunks; ++c) {
+        if (c >= v_chunks) break;
+        __syncthreads();  // P written; the previous V chunk's reads are done
+        load_rows<Traits>(v_ptr + n0 * p.v_row_stride + c * kVChunk, p.v_row_stride, keys, p.head_dim_v - c * kVChunk, sV);
+        __syncthreads();
+        accumulate_chunk<Traits>(acc[c], first, rescale, sP, sV, tx, ty);
+        if (last)
+          store_chunk(acc[c], norm, o_ptr + c * kVChunk, p.o_row_stride, rows, p.head_dim_v - c * kVChunk, tx, ty);
+      }
+    } else {
+      for (int c = 0; c < v_chunks; ++c) {
+        __syncthreads();
+        load_rows<Traits>(v_ptr + n0 * p.v_row_stride + c * kVChunk, p.v_row_stride, keys, p.head_dim_v - c * kVChunk, sV);
+        float4* chunk = reinterpret_cast<float4*>(slot + std::int64_t(c) * kBlockM * kVChunk);
+        float a[16];
+        if (!first) {
           CUTE_UNROLL
           for (int v = 0; v < 4; ++v) {
-            const float4 x = reinterpret_cast<const float4*>(acc_chunk)[v * Traits::kThreads + threadIdx.x];
-            a(4 * v) = x.x, a(4 * v + 1) = x.y, a(4 * v + 2) = x.z, a(4 * v + 3) = x.w;
-          }
-        CUTE_UNROLL
-        for (int i = 0; i < 4; ++i)
-          CUTE_UNROLL
-          for (int j = 0; j < 4; ++j) a(j, i) *= rescale[i];
-      }
-      __syncthreads();  // V chunk landed
-#pragma unroll 4
-      for (int k = 0; k < kBlockN; k += 4) {
-        float4 pr[4], vr[4];
-        CUTE_UNROLL
-        for (int i = 0; i < 4; ++i) pr[i] = *reinterpret_cast<const float4*>(sP + (4 * ty + i) * kPLd + k);
-        CUTE_UNROLL
-        for (int kk = 0; kk < 4; ++kk) vr[kk] = *reinterpret_cast<const float4*>(sV + (k + kk) * kVLd + 4 * tx);
-        CUTE_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          const float pv[4] = {pr[i].x, pr[i].y, pr[i].z, pr[i].w};
-          CUTE_UNROLL
-          for (int kk = 0; kk < 4; ++kk) {
-            a(0, i) = fmaf(pv[kk], vr[kk].x, a(0, i));
-            a(1, i) = fmaf(pv[kk], vr[kk].y, a(1, i));
-            a(2, i) = fmaf(pv[kk], vr[kk].z, a(2, i));
-            a(3, i) = fmaf(pv[kk], vr[kk].w, a(3, i));
+            const float4 x = chunk[v * Traits::kThreads + threadIdx.x];
+            a[4 * v] = x.x, a[4 * v + 1] = x.y, a[4 * v + 2] = x.z, a[4 * v + 3] = x.w;
           }
         }
-      }
-      if (last) {
-        const int cols = p.head_dim_v - c0;
-        CUTE_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          const int row = 4 * ty + i;
+        __syncthreads();
+        accumulate_chunk<Traits>(a, first, rescale, sP, sV, tx, ty);
+        if (last) {
+          store_chunk(a, norm, o_ptr + c * kVChunk, p.o_row_stride, rows, p.head_dim_v - c * kVChunk, tx, ty);
+        } else {
           CUTE_UNROLL
-          for (int j = 0; j < 4; ++j)
-            if (row < rows && 4 * tx + j < cols) o_ptr[row * p.o_row_stride + c0 + 4 * tx + j] = a(j, i) * norm[i];
+          for (int v = 0; v < 4; ++v)
+            chunk[v * Traits::kThreads + threadIdx.x] = make_float4(a[4 * v], a[4 * v + 1], a[4 * v + 2], a[4 * v + 3]);
         }
-      } else if constexpr (Traits::kVChunks == 0) {
-        CUTE_UNROLL
-        for (int v = 0; v < 4; ++v)
-          reinterpret_cast<float4*>(acc_chunk)[v * Traits::kThreads + threadIdx.x] =
-              make_float4(a(4 * v), a(4 * v + 1), a(4 * v + 2), a(4 * v + 3));
       }
-    };
-    if constexpr (Traits::kVChunks > 0) {
-      CUTE_UNROLL  // compile-time chunk index keeps the register accumulator out of local memory
-      for (int c = 0; c < kRegChunks; ++c)
-        if (c < v_chunks) value_chunk(c, acc(_, _, c));
-    } else {
-      for (int c = 0; c < v_chunks; ++c) value_chunk(c, acc(_, _, 0));
     }
   }
   write_lse<Traits::kRowThreads>(p, seq, work.h, m0, rows, lse, cute::make_tensor(tScS.data(), select<1, 0>(tScS.layout())));
