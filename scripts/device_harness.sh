@@ -24,7 +24,7 @@ if has build; then
   {
     nvcc --version | tail -2
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_ENABLE_CUDA=ON \
-      -DMEMATTN_DEPS_DIR="$PWD/.deps" ${CMAKE_ARGS:-} &&
+      -DMEMATTN_DEPS_DIR="$PWD/.deps" -DMEMATTN_KERNELS=all ${CMAKE_ARGS:-} &&
       cmake --build "$build" -j "$(nproc)"
   } >"$out/build.log" 2>&1
   rc=$?

@@ -129,8 +129,11 @@ int run_command(RunOptions& o) {
     return 2;
   }
   std::string plan;
+  const bool do_bwd_requested = o.pass != "fwd";
   if (requested == Backend::automatic && backend == Backend::cuda) {
-    const Status s = describe_plan(workload->forward_args(), &plan);
+    // Both passes must have a CUDA kernel (the backward needs the forward's output too).
+    Status s = describe_plan(workload->forward_args(), &plan);
+    if (s.ok() && do_bwd_requested) s = describe_plan(workload->backward_args(), &plan);
     if (s.code() == StatusCode::unsupported) {
       out << "note: the GPU cannot run this problem (" << s.message() << "); running on the CPU\n";
       backend = Backend::cpu;
