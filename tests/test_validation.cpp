@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 
+#include "memattn/reference.hpp"
 #include "support/check.hpp"
 #include "workload/workload.hpp"
 
@@ -229,6 +230,33 @@ TEST(Validation, StatusText) {
   const Status s(StatusCode::invalid_argument, "q: bad");
   EXPECT_EQ(s.to_string(), "invalid argument: q: bad");
   EXPECT_EQ(Status::Ok().to_string(), "ok");
+}
+
+}  // namespace
+}  // namespace memattn::testing
+
+namespace memattn::testing {
+namespace {
+
+// f64 runs on the reference alone: `automatic` picks it, the fast backends refuse it.
+TEST(Validation, Float64RunsOnTheReferenceOnly) {
+  tools::ProblemSpec s = good_spec();
+  s.dtype = DType::f64;
+  s.backend = Backend::cpu;
+  expect_rejected([](ForwardArgs&) {}, [](BackwardArgs&) {}, "f64 is supported by the reference backend only",
+                  StatusCode::invalid_argument, s);
+  s.backend = Backend::automatic;
+  tools::Workload w(s);
+  w.fill_inputs(next_seed());
+  w.poison_outputs();
+  ASSERT_TRUE(forward(w.forward_args()).ok());
+  reference::ForwardResult ref;
+  ASSERT_TRUE(reference::forward(w.host_forward_args(), &ref).ok());
+  EXPECT_EQ(w.to_double(tools::Tensor::out), ref.out) << "f64 outputs are the reference's, unrounded";
+  ASSERT_TRUE(backward(w.backward_args()).ok());
+  reference::BackwardResult grads;
+  ASSERT_TRUE(reference::backward(w.host_backward_args(), &grads).ok());
+  EXPECT_EQ(w.to_double(tools::Tensor::dq), grads.dq);
 }
 
 }  // namespace

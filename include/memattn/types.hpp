@@ -8,7 +8,9 @@
 
 namespace memattn {
 
-enum class DType : int { f32, f16, bf16 };
+// f64 is served by the float64 reference alone (Backend::reference; `automatic` picks it for f64
+// host tensors): it exists for exact checks such as finite-difference gradient tests.
+enum class DType : int { f32, f16, bf16, f64 };
 
 const char* to_string(DType dtype);
 std::size_t dtype_size(DType dtype);

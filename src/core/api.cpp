@@ -38,7 +38,7 @@ void write_result(const std::vector<double>& src, const TensorRef& dst) {
       rem /= dst.sizes[d];
       off += idx[d] * dst.strides[d];
     }
-    if (!std::isnan(src[std::size_t(e)])) detail::store_float(dst.data, dst.dtype, off, float(src[std::size_t(e)]));
+    if (!std::isnan(src[std::size_t(e)])) detail::store_double(dst.data, dst.dtype, off, src[std::size_t(e)]);
   }
 }
 

@@ -65,14 +65,21 @@ inline std::uint16_t float_to_half(float f) {
   return std::uint16_t(sign | (r >> 13));
 }
 
-// Reads element `offset` of an array of `dtype` as float.
+// Reads element `offset` of an array of `dtype` as float (f64 is rounded).
 inline float load_float(const void* base, DType dtype, std::int64_t offset) {
   switch (dtype) {
     case DType::f32: return static_cast<const float*>(base)[offset];
     case DType::f16: return half_to_float(static_cast<const std::uint16_t*>(base)[offset]);
     case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(base)[offset]);
+    case DType::f64: return float(static_cast<const double*>(base)[offset]);
   }
   return 0.f;
+}
+
+// Reads element `offset` exactly, as double.
+inline double load_double(const void* base, DType dtype, std::int64_t offset) {
+  if (dtype == DType::f64) return static_cast<const double*>(base)[offset];
+  return load_float(base, dtype, offset);
 }
 
 inline void store_float(void* base, DType dtype, std::int64_t offset, float value) {
@@ -80,7 +87,14 @@ inline void store_float(void* base, DType dtype, std::int64_t offset, float valu
     case DType::f32: static_cast<float*>(base)[offset] = value; return;
     case DType::f16: static_cast<std::uint16_t*>(base)[offset] = float_to_half(value); return;
     case DType::bf16: static_cast<std::uint16_t*>(base)[offset] = float_to_bf16(value); return;
+    case DType::f64: static_cast<double*>(base)[offset] = value; return;
   }
+}
+
+// Stores a double into an array of `dtype`, rounding once to the dtype.
+inline void store_double(void* base, DType dtype, std::int64_t offset, double value) {
+  if (dtype == DType::f64) static_cast<double*>(base)[offset] = value;
+  else store_float(base, dtype, offset, float(value));
 }
 
 // Rounds a float to the precision of `dtype` (identity for f32).
@@ -89,6 +103,7 @@ inline float round_to(DType dtype, float value) {
     case DType::f32: return value;
     case DType::f16: return half_to_float(float_to_half(value));
     case DType::bf16: return bf16_to_float(float_to_bf16(value));
+    case DType::f64: return value;
   }
   return value;
 }

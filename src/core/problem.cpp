@@ -45,7 +45,7 @@ Status check_tensor(const TensorRef& t, const char* name, const char* layout, in
   if (t.rank != rank)
     return invalid(std::string(name) + ": expected rank " + std::to_string(rank) + " " + layout +
                    ", got rank " + std::to_string(t.rank));
-  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16)
+  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16 && t.dtype != DType::f64)
     return invalid(std::string(name) + ": unknown dtype value " + std::to_string(int(t.dtype)));
   std::int64_t extent = 0;
   for (int d = 0; d < rank; ++d) {
@@ -116,7 +116,7 @@ struct NamedPointer {
 };
 
 // All pointers live in one place, and that place suits the backend asked for.
-Status check_locations(const std::vector<NamedPointer>& pointers, Backend requested, Problem* p) {
+Status check_locations(const std::vector<NamedPointer>& pointers, Backend requested, DType dtype, Problem* p) {
   const PointerInfo first = locate(pointers.front().ptr);
   for (const NamedPointer& np : pointers) {
     if (np.ptr == nullptr) continue;
@@ -127,7 +127,11 @@ Status check_locations(const std::vector<NamedPointer>& pointers, Backend reques
   }
   Backend resolved = requested;
   if (requested == Backend::automatic)
-    resolved = first.location == Location::device ? Backend::cuda : Backend::cpu;
+    resolved = first.location == Location::device ? Backend::cuda
+               : dtype == DType::f64             ? Backend::reference
+                                                 : Backend::cpu;
+  if (dtype == DType::f64 && resolved != Backend::reference)
+    return invalid(std::string(pointers.front().name) + ": dtype f64 is supported by the reference backend only");
   if (resolved == Backend::cuda) {
     if (first.location != Location::device)
       return invalid(std::string("backend: cuda needs device memory, but ") + pointers.front().name +
@@ -241,7 +245,7 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
     p->seqlen_k = k.sizes[1];
   }
   pointers.push_back({"workspace", opt.workspace});
-  if (Status s = check_locations(pointers, opt.backend, p); !s.ok()) return s;
+  if (Status s = check_locations(pointers, opt.backend, q.dtype, p); !s.ok()) return s;
   if (p->varlen) {
     p->batch = vl.num_seqs;
     const Location where = p->backend == Backend::cuda ? Location::device : Location::host;

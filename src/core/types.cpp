@@ -13,11 +13,20 @@ const char* to_string(DType dtype) {
     case DType::f32: return "f32";
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
+    case DType::f64: return "f64";
   }
   return "unknown";
 }
 
-std::size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f16:
+    case DType::bf16: return 2;
+    case DType::f64: return 8;
+  }
+  return 0;
+}
 
 const char* to_string(Backend backend) {
   switch (backend) {

@@ -58,7 +58,7 @@ double at4(const TensorRef& t, std::int64_t i0, std::int64_t i1, std::int64_t i2
   const std::int64_t idx[4] = {i0, i1, i2, i3};
   std::int64_t off = 0;
   for (int d = 0; d < 4; ++d) off += (t.sizes[d] == 1 ? 0 : idx[d]) * t.strides[d];
-  return detail::load_float(t.data, t.dtype, off);
+  return detail::load_double(t.data, t.dtype, off);
 }
 
 // Row i's scores and probabilities over the keys [row->first, row->last] it can see.

@@ -39,6 +39,11 @@ inline void to_float(const void* src, DType dtype, std::int64_t n, float mul, fl
 #endif
       return;
     }
+    case DType::f64: {  // validation keeps f64 on the reference backend; here for completeness
+      const double* s = static_cast<const double*>(src);
+      for (std::int64_t e = 0; e < n; ++e) dst[e] = float(mul * s[e]);
+      return;
+    }
   }
 }
 
@@ -59,6 +64,11 @@ inline void from_float(const float* src, std::int64_t n, float mul, void* dst, D
     case DType::f16: {
       std::uint16_t* d = static_cast<std::uint16_t*>(dst);
       for (std::int64_t e = 0; e < n; ++e) d[e] = detail::float_to_half(mul * src[e]);
+      return;
+    }
+    case DType::f64: {
+      double* d = static_cast<double*>(dst);
+      for (std::int64_t e = 0; e < n; ++e) d[e] = double(mul * src[e]);
       return;
     }
   }

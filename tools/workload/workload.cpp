@@ -287,7 +287,7 @@ std::vector<double> Workload::to_double(Tensor t) const {
   const Buffer& b = host(t);
   std::vector<double> out(std::size_t(b.view.numel()));
   for_each_element(b.view, [&](std::int64_t off, std::int64_t e) {
-    out[std::size_t(e)] = detail::load_float(b.bytes.data(), b.view.dtype, off);
+    out[std::size_t(e)] = detail::load_double(b.bytes.data(), b.view.dtype, off);
   });
   return out;
 }
@@ -299,7 +299,7 @@ std::vector<double> Workload::to_double_reduced(Tensor t) const {
     if (v.strides[d] == 0) v.sizes[d] = 1;
   std::vector<double> out(std::size_t(v.numel()));
   for_each_element(v, [&](std::int64_t off, std::int64_t e) {
-    out[std::size_t(e)] = detail::load_float(b.bytes.data(), v.dtype, off);
+    out[std::size_t(e)] = detail::load_double(b.bytes.data(), v.dtype, off);
   });
   return out;
 }
@@ -307,7 +307,7 @@ std::vector<double> Workload::to_double_reduced(Tensor t) const {
 void Workload::set_values(Tensor t, const std::vector<double>& values) {
   Buffer& b = host(t);
   for_each_element(b.view, [&](std::int64_t off, std::int64_t e) {
-    detail::store_float(b.bytes.data(), b.view.dtype, off, float(values[std::size_t(e)]));
+    detail::store_double(b.bytes.data(), b.view.dtype, off, values[std::size_t(e)]);
   });
 }
 
