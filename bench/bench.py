@@ -5,8 +5,8 @@ Times memattn and PyTorch's scaled_dot_product_attention with each backend force
 (EFFICIENT_ATTENTION = the seed kernels, FLASH_ATTENTION = FlashAttention-2,
 CUDNN_ATTENTION = cuDNN) on the same fresh random-normal inputs: CUDA events, warm-up first,
 median of --iters runs, forward and backward timed separately. A peer that refuses a
-configuration prints "—". memattn is timed through its Python binding when one is importable
-(memattn.attention); before it exists its column is "—".
+configuration prints "—". memattn is timed through its PyTorch op (memattn.scaled_dot_product_attention)
+when the package is importable; a pass it cannot run yet prints "—".
 
 FLOPs: forward 4*B*H*S*S*D (halved when causal), backward 2.5x forward.
 
@@ -102,27 +102,14 @@ def sdpa(backend):
 
 
 def memattn_attend():
-    """memattn on SDPA-layout tensors ([B, H, S, D], viewed as BMHK through strides) through the
-    benchmark binding (build/python/memattn_bench*.so); None when it is not built."""
+    """memattn's drop-in for SDPA ([B, H, M, D] tensors); None when the package is not importable
+    (pip install ., or PYTHONPATH=build/python after a CMake build with pybind11)."""
     try:
-        import memattn_bench
+        import memattn
     except ImportError:
         return None
-    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-
-    def ref(t):
-        return None if t is None else (t.data_ptr(), names[t.dtype], list(t.shape), list(t.stride()))
-
-    def attend(q, k, v, bias, causal):
-        bmhk = [t.transpose(1, 2) for t in (q, k, v)]
-        out = torch.empty_like(bmhk[0])
-        lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
-        err = memattn_bench.forward(*[ref(t) for t in bmhk], ref(out), ref(lse), ref(bias), causal,
-                                    torch.cuda.current_stream().cuda_stream)
-        if err:
-            raise RuntimeError(err)
-        return out.transpose(1, 2)
-    return attend
+    return lambda q, k, v, bias, causal: memattn.scaled_dot_product_attention(q, k, v, attn_mask=bias,
+                                                                           is_causal=causal)
 
 
 def check_memattn(attend, cfg, inputs):

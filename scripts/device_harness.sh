@@ -5,12 +5,14 @@
 #   test      every test (CPU and GPU) through CTest
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on a small GPU subset
 #   run       the CLI's default problem (`memattn run --verify`) and SASS instruction counts
+#   python    pip install . (offline, for the GPU present) and the PyTorch op's tests
 #   bench     the benchmark suite (bench/bench.py) against PyTorch SDPA's backends
-# Logs and tables go to $OUT (at most 8 files come back from the device machine).
+# Logs and tables go to $OUT (at most 8 files come back from the device machine: summary, build,
+# tests, sanitizer, run (with the bench log), python logs, bench.md, bench.json).
 set -uo pipefail
 out=${OUT:-/tmp/memattn-harness}
 mkdir -p "$out"
-steps=${STEPS:-build test sanitize run bench}
+steps=${STEPS:-build test sanitize run python bench}
 build=${BUILD_DIR:-build-gpu}
 has() { [[ " $steps " == *" $1 "* ]]; }
 summary="$out/summary.txt"
@@ -68,9 +70,20 @@ if has run; then
   done
 fi
 
+if has python; then
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1)
+  {
+    python3 -m pip install --no-build-isolation --no-deps -C cmake.define.MEMATTN_SM80_SASS="${cc/./}" \
+      -C cmake.define.MEMATTN_SM80_PTX=OFF -C cmake.define.MEMATTN_DEPS_DIR="$PWD/.deps" . &&
+      (cd /tmp && python3 -m pytest -q -rs "$OLDPWD/tests/python")
+  } >"$out/python.log" 2>&1
+  note "pip install . and tests/python: exit $? — $(tail -n 1 "$out/python.log")"
+fi
+
 if has bench; then
-  PYTHONPATH="$PWD/$build/python:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 python3 bench/bench.py --out "$out" --iters "${BENCH_ITERS:-20}" ${BENCH_ARGS:-} >"$out/bench.log" 2>&1
+  PYTHONPATH="$PWD/$build/python:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 python3 bench/bench.py --out "$out" \
+    --iters "${BENCH_ITERS:-20}" ${BENCH_ARGS:-} >>"$out/run.log" 2>&1
   note "bench: exit $?"
-  tail -n 3 "$out/bench.log"
+  tail -n 3 "$out/run.log"
 fi
 cat "$summary"

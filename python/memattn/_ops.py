@@ -1,0 +1,107 @@
+"""The torch custom ops behind memattn.attention: forward and backward as opaque ops with fake
+(meta) implementations, so torch.compile traces them without graph breaks, and autograd wired
+from the forward to the backward op. They run the C++ library on the tensors' memory: the CPU
+backend for CPU tensors (the float64 reference for float64), the CUDA backend for CUDA tensors on
+the current stream."""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _C
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
+_ERRORS = {1: ValueError, 2: NotImplementedError, 3: RuntimeError, 4: RuntimeError}
+
+
+def _desc(t: Optional[Tensor]):
+    if t is None:
+        return None
+    if t.dtype not in _DTYPES:
+        raise ValueError(f"memattn: dtype {t.dtype} is not supported (bfloat16, float16, float32, float64)")
+    return (t.data_ptr(), _DTYPES[t.dtype], list(t.shape), list(t.stride()))
+
+
+def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k):
+    seed, offset = (0, 0) if rng is None else (int(x) for x in rng.tolist())
+    stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
+    return dict(window_left=window_left, window_right=window_right, bottom_right=bottom_right, dropout_p=dropout_p,
+                seed=seed, offset=offset, scale=scale,
+                num_seqs=0 if seqstart_q is None else seqstart_q.numel() - 1,
+                seqstart_q=0 if seqstart_q is None else seqstart_q.data_ptr(),
+                seqstart_k=0 if seqstart_k is None else seqstart_k.data_ptr(),
+                seqused_k=0 if seqused_k is None else seqused_k.data_ptr(), stream=stream)
+
+
+def _check(result):
+    code, message = result
+    if code:
+        raise _ERRORS.get(code, RuntimeError)(f"memattn: {message}")
+
+
+@torch.library.custom_op("memattn::attention_forward", mutates_args=())
+def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], window_left: int, window_right: int,
+                      bottom_right: bool, dropout_p: float, rng: Optional[Tensor], scale: float,
+                      seqstart_q: Optional[Tensor], seqstart_k: Optional[Tensor], seqused_k: Optional[Tensor],
+                      deterministic: bool) -> tuple[Tensor, Tensor]:
+    """out [B, Mq, Hq, Dv] and lse [B, Hq, Mq] (float32) of BMHK q, k, v. `deterministic` is for the
+    backward; rng is a CPU int64 tensor (seed, offset) when dropout_p > 0."""
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k)
+    _check(_C.forward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), opts))
+    return out, lse
+
+
+@attention_forward.register_fake
+def _(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k,
+      seqused_k, deterministic):
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("memattn::attention_backward", mutates_args=())
+def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], out: Tensor, lse: Tensor,
+                       window_left: int, window_right: int, bottom_right: bool, dropout_p: float,
+                       rng: Optional[Tensor], scale: float, seqstart_q: Optional[Tensor], seqstart_k: Optional[Tensor],
+                       seqused_k: Optional[Tensor], deterministic: bool,
+                       bias_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """dq, dk, dv and dbias (an empty tensor unless bias_grad) of the forward above."""
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dbias = torch.empty_like(bias) if bias_grad else q.new_empty(0)
+    opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k)
+    _check(_C.backward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), _desc(dout), _desc(dq),
+                       _desc(dk), _desc(dv), _desc(dbias) if bias_grad else None, deterministic, opts))
+    return dq, dk, dv, dbias
+
+
+@attention_backward.register_fake
+def _(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
+      seqstart_k, seqused_k, deterministic, bias_grad):
+    dbias = torch.empty_like(bias) if bias_grad else q.new_empty(0)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dbias
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
+     deterministic) = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)  # the LSE is an auxiliary output; its gradient is not supported
+    ctx.save_for_backward(q, k, v, bias, out, lse, rng, seqstart_q, seqstart_k, seqused_k)
+    ctx.settings = (window_left, window_right, bottom_right, dropout_p, scale, deterministic)
+
+
+def _backward(ctx, dout, dlse):
+    q, k, v, bias, out, lse, rng, seqstart_q, seqstart_k, seqused_k = ctx.saved_tensors
+    window_left, window_right, bottom_right, dropout_p, scale, deterministic = ctx.settings
+    bias_grad = bias is not None and ctx.needs_input_grad[3]
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    dq, dk, dv, dbias = attention_backward(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right,
+                                           dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k, deterministic,
+                                           bias_grad)
+    return dq, dk, dv, (dbias if bias_grad else None), None, None, None, None, None, None, None, None, None, None
+
+
+attention_forward.register_autograd(_backward, setup_context=_setup_context)

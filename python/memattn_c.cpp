@@ -1,0 +1,140 @@
+// memattn._C: the C++ library on raw pointers, for the Python package. Tensors arrive as
+// (data_ptr, dtype name, sizes, strides) tuples taken from torch tensors by the Python side, so
+// this module does not link against torch and one build works with any torch version.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "memattn/memattn.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+memattn::DType parse_dtype(const std::string& name) {
+  if (name == "bf16") return memattn::DType::bf16;
+  if (name == "fp16") return memattn::DType::f16;
+  if (name == "fp32") return memattn::DType::f32;
+  if (name == "fp64") return memattn::DType::f64;
+  throw py::value_error("memattn: unsupported dtype " + name);
+}
+
+// (data_ptr, dtype, sizes, strides) -> TensorRef; None -> undefined.
+memattn::TensorRef tensor(const py::object& t) {
+  memattn::TensorRef r;
+  if (t.is_none()) return r;
+  const auto tup = t.cast<py::tuple>();
+  r.data = reinterpret_cast<void*>(tup[0].cast<std::uintptr_t>());
+  r.dtype = parse_dtype(tup[1].cast<std::string>());
+  const auto sizes = tup[2].cast<std::vector<std::int64_t>>();
+  const auto strides = tup[3].cast<std::vector<std::int64_t>>();
+  if (sizes.size() > 4 || strides.size() != sizes.size()) throw py::value_error("memattn: tensors have at most 4 dims");
+  r.rank = int(sizes.size());
+  for (int d = 0; d < r.rank; ++d) {
+    r.sizes[d] = sizes[d];
+    r.strides[d] = strides[d];
+  }
+  return r;
+}
+
+// The options both passes share.
+struct Settings {
+  std::int64_t window_left, window_right;
+  bool bottom_right;
+  double dropout_p;
+  std::uint64_t seed, offset;
+  std::optional<double> scale;
+  std::int64_t num_seqs;
+  std::uintptr_t seqstart_q, seqstart_k, seqused_k, stream;
+
+  void apply(memattn::Options* o) const {
+    o->mask = memattn::Mask::window(window_left, window_right,
+                                    bottom_right ? memattn::Alignment::bottom_right : memattn::Alignment::top_left);
+    o->dropout = {dropout_p, seed, offset};
+    o->scale = scale;
+    if (num_seqs > 0) {
+      o->varlen.num_seqs = num_seqs;
+      o->varlen.seqstart_q = reinterpret_cast<const std::int32_t*>(seqstart_q);
+      o->varlen.seqstart_k = reinterpret_cast<const std::int32_t*>(seqstart_k);
+      o->varlen.seqused_k = reinterpret_cast<const std::int32_t*>(seqused_k);
+    }
+    o->stream = reinterpret_cast<void*>(stream);
+  }
+};
+
+Settings settings(const py::dict& s) {
+  return {s["window_left"].cast<std::int64_t>(),    s["window_right"].cast<std::int64_t>(),
+          s["bottom_right"].cast<bool>(),           s["dropout_p"].cast<double>(),
+          s["seed"].cast<std::uint64_t>(),          s["offset"].cast<std::uint64_t>(),
+          s["scale"].cast<std::optional<double>>(), s["num_seqs"].cast<std::int64_t>(),
+          s["seqstart_q"].cast<std::uintptr_t>(),   s["seqstart_k"].cast<std::uintptr_t>(),
+          s["seqused_k"].cast<std::uintptr_t>(),    s["stream"].cast<std::uintptr_t>()};
+}
+
+// (code, message): code 0 ok, 1 invalid argument, 2 unsupported, 3 device error, 4 internal.
+std::tuple<int, std::string> result(const memattn::Status& s) { return {int(s.code()), s.message()}; }
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "memattn C++ library on raw pointers (used by the memattn package)";
+  m.def("version", [] { return std::string(memattn::version()); });
+  m.def("cuda_available", [] { return memattn::cuda_available(); });
+  m.def(
+      "forward",
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& bias, const py::object& out,
+         const py::object& lse, const py::dict& options) {
+        memattn::ForwardArgs a;
+        settings(options).apply(&a);
+        a.q = tensor(q), a.k = tensor(k), a.v = tensor(v), a.bias = tensor(bias);
+        a.out = tensor(out), a.lse = tensor(lse);
+        py::gil_scoped_release release;
+        return result(memattn::forward(a));
+      },
+      "Forward on (ptr, dtype, sizes, strides) tensors; returns (code, message).");
+  m.def(
+      "backward",
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& bias, const py::object& out,
+         const py::object& lse, const py::object& dout, const py::object& dq, const py::object& dk,
+         const py::object& dv, const py::object& dbias, bool deterministic, const py::dict& options) {
+        memattn::BackwardArgs a;
+        settings(options).apply(&a);
+        a.q = tensor(q), a.k = tensor(k), a.v = tensor(v), a.bias = tensor(bias);
+        a.out = tensor(out), a.lse = tensor(lse), a.dout = tensor(dout);
+        a.dq = tensor(dq), a.dk = tensor(dk), a.dv = tensor(dv), a.dbias = tensor(dbias);
+        a.deterministic = deterministic;
+        py::gil_scoped_release release;
+        return result(memattn::backward(a));
+      },
+      "Backward on (ptr, dtype, sizes, strides) tensors; returns (code, message).");
+  m.def(
+      "dropout_keep",
+      [](std::uint64_t seed, std::uint64_t offset, std::int64_t batch, std::int64_t heads, std::int64_t rows,
+         std::int64_t cols, double p) {
+        std::string keep(std::size_t(batch * heads * rows * cols), '\0');
+        std::size_t e = 0;
+        for (std::int64_t b = 0; b < batch; ++b)
+          for (std::int64_t h = 0; h < heads; ++h)
+            for (std::int64_t i = 0; i < rows; ++i)
+              for (std::int64_t j = 0; j < cols; ++j) keep[e++] = memattn::dropout_keep(seed, offset, b, h, heads, i, j, p);
+        return py::bytes(keep);
+      },
+      "The dropout keep mask [batch, heads, rows, cols] (bytes of 0/1), as every backend applies it.");
+  m.def(
+      "plan",
+      [](const py::object& q, const py::object& k, const py::object& v, const py::object& bias, const py::object& out,
+         const py::dict& options) {
+        memattn::ForwardArgs a;
+        settings(options).apply(&a);
+        a.q = tensor(q), a.k = tensor(k), a.v = tensor(v), a.bias = tensor(bias), a.out = tensor(out);
+        std::string plan;
+        const memattn::Status s = memattn::describe_plan(a, &plan);
+        return s.ok() ? plan : s.to_string();
+      },
+      "Which backend and kernel a forward would use.");
+}
