@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `memattn run --backend cuda --verify` for each feature (forward). Exit 77 (skipped) without a GPU.
+# Usage: cli_cuda_test.sh path/to/memattn
+set -u
+bin=$1
+nvidia-smi -L >/dev/null 2>&1 || { echo "no GPU: skipped"; exit 77; }
+failures=0
+base=(run --backend cuda --pass fwd --verify --iters 2 --batch 2 --seqlen-q 300 --seqlen-k 257 --heads-q 4 --heads-k 2)
+features=(
+  "--head-dim 64"
+  "--head-dim 128 --dtype fp16"
+  "--head-dim 64 --dtype fp32"
+  "--head-dim 256 --causal"
+  "--head-dim 64 --causal --alignment bottom-right"
+  "--head-dim 64 --window-left 32 --window-right 7"
+  "--head-dim 64 --bias dense"
+  "--head-dim 64 --bias broadcast-batch"
+  "--head-dim 64 --bias broadcast-heads"
+  "--head-dim 64 --bias row"
+  "--head-dim 64 --dropout 0.2 --seed 7 --offset 3"
+  "--head-dim 64 --varlen 100,0,37 --varlen-k 50,9,200 --causal --alignment bottom-right"
+  "--head-dim 40 --head-dim-v 24"
+  "--head-dim 300 --head-dim-v 512"
+  "--head-dim 1000 --dtype fp32"
+  "--head-dim 64 --scale 0.25"
+)
+for f in "${features[@]}"; do
+  # shellcheck disable=SC2086
+  if "$bin" "${base[@]}" $f >/tmp/memattn_cli_cuda.log 2>&1 && grep -q "result: PASS" /tmp/memattn_cli_cuda.log &&
+     grep -q "backend: cuda" /tmp/memattn_cli_cuda.log; then
+    echo "ok:   $f"
+  else
+    echo "FAIL: $f"
+    tail -n 12 /tmp/memattn_cli_cuda.log | sed 's/^/    /'
+    failures=$((failures + 1))
+  fi
+done
+echo "$failures failure(s)"
+[[ $failures -eq 0 ]]
