@@ -39,20 +39,27 @@ int compute_capability() {
   return major * 10 + minor;
 }
 
-Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
+Need need(const detail::Problem& p, std::initializer_list<const TensorRef*> tensors) {
   Need n;
   n.dtype = p.dtype;
   n.head_dim = int(std::max(p.head_dim, p.head_dim_v));
   n.bias = p.has_bias;
   n.dropout = p.has_dropout();
-  n.aligned = p.head_dim % 8 == 0 && p.head_dim_v % 8 == 0 && p.dtype != DType::f32 && aligned16(a.q) &&
-              aligned16(a.k) && aligned16(a.v) && aligned16(a.out);
+  n.aligned = p.head_dim % 8 == 0 && p.head_dim_v % 8 == 0 && p.dtype != DType::f32;
+  for (const TensorRef* t : tensors) n.aligned = n.aligned && aligned16(*t);
   n.compute_capability = compute_capability();
   return n;
 }
 
+Need forward_need(const ForwardArgs& a, const detail::Problem& p) { return need(p, {&a.q, &a.k, &a.v, &a.out}); }
+
+Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
+  return need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
+}
+
 // Why a row cannot run a problem; empty when it can.
-std::string misfit(const ForwardKernel& k, const Need& n) {
+template <class Row>
+std::string misfit(const Row& k, const Need& n) {
   if (n.compute_capability < (k.family == Family::sm90 ? 90 : 80))
     return "needs compute capability " + std::string(k.family == Family::sm90 ? "9.0" : "8.0");
   if (k.family == Family::sm90 && n.compute_capability != 90) return "sm_90a code runs on Hopper only";
@@ -64,24 +71,28 @@ std::string misfit(const ForwardKernel& k, const Need& n) {
   return {};
 }
 
-const ForwardKernel* choose(const Need& n, std::string* why) {
+template <class Row>
+const Row* choose(const std::vector<Row>& table, const char* pass, const Need& n, std::string* why) {
   std::map<std::string, std::string> reasons;  // per family: the reason of its closest row
-  for (const ForwardKernel& k : forward_kernels()) {
+  for (const Row& k : table) {
     const std::string reason = misfit(k, n);
     if (reason.empty()) return &k;
     reasons[to_string(k.family)] = reason;
   }
   std::ostringstream s;
-  s << "backend cuda: no forward kernel fits (" << to_string(n.dtype) << ", head dim " << n.head_dim
+  s << "backend cuda: no " << pass << " kernel fits (" << to_string(n.dtype) << ", head dim " << n.head_dim
     << (n.bias ? ", bias" : "") << (n.dropout ? ", dropout" : "") << (n.aligned ? "" : ", unaligned")
     << ", compute capability " << n.compute_capability / 10 << "." << n.compute_capability % 10 << ")";
-  if (forward_kernels().empty()) s << ": this build has no CUDA forward kernels";
+  if (table.empty()) s << ": this build has no CUDA " << pass << " kernels";
   for (const auto& [family, reason] : reasons) s << "; " << family << " rows: " << reason;
   *why = s.str();
   return nullptr;
 }
 
-FwdParams forward_params(const ForwardArgs& a, const detail::Problem& p, const ForwardKernel& k) {
+// The forward's view of a call (the backward reads the same tensors); Args is ForwardArgs or
+// BackwardArgs.
+template <class Args>
+FwdParams forward_params(const Args& a, const detail::Problem& p, int block_m) {
   FwdParams f{};
   f.q = a.q.data;
   f.k = a.k.data;
@@ -125,7 +136,7 @@ FwdParams forward_params(const ForwardArgs& a, const detail::Problem& p, const F
   f.seed_lo = std::uint32_t(p.dropout_seed);
   f.seed_hi = std::uint32_t(p.dropout_seed >> 32);
   f.dropout_offset = std::uint32_t(p.dropout_offset);
-  f.num_m_blocks = int((p.seqlen_q + k.block_m - 1) / k.block_m);
+  f.num_m_blocks = int((p.seqlen_q + block_m - 1) / block_m);
   f.num_blocks = std::int64_t(f.num_m_blocks) * p.heads_q * p.batch;
   return f;
 }
@@ -143,9 +154,9 @@ constexpr int kGlobalChunk = 64;  // head-dim chunk of the global-accumulator ke
 
 Status plan_forward(const ForwardArgs& args, const detail::Problem& p, ForwardPlan* plan) {
   std::string why;
-  plan->kernel = choose(forward_need(args, p), &why);
+  plan->kernel = choose(forward_kernels(), "forward", forward_need(args, p), &why);
   if (!plan->kernel) return unsupported(why);
-  plan->params = forward_params(args, p, *plan->kernel);
+  plan->params = forward_params(args, p, plan->kernel->block_m);
   if (plan->kernel->accumulator != Accumulator::global) return Status::Ok();
   // One workspace slot (the output accumulator of one query tile) per resident CTA; the CTAs
   // take the work items in turn.
@@ -162,6 +173,73 @@ Status plan_forward(const ForwardArgs& args, const detail::Problem& p, ForwardPl
   return Status::Ok();
 }
 
+struct BackwardPlan {
+  const BackwardKernel* kernel = nullptr;
+  BwdParams params{};
+  std::size_t workspace_bytes = 0;  // delta
+};
+
+Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPlan* plan) {
+  if (p.has_dbias) {
+    const std::int64_t full[4] = {p.batch, p.heads_q, p.seqlen_q, p.seqlen_k};
+    for (int d = 0; d < 4; ++d)
+      if (p.bias_broadcast[d] && full[d] > 1)
+        return unsupported("backend cuda: dbias summed over broadcast dimensions is not on the GPU yet");
+  }
+  std::string why;
+  plan->kernel = choose(backward_kernels(), "backward", backward_need(a, p), &why);
+  if (!plan->kernel) return unsupported(why);
+  const BackwardKernel& k = *plan->kernel;
+  BwdParams& b = plan->params;
+  static_cast<FwdParams&>(b) = forward_params(a, p, k.block_m);
+  b.dout = a.dout.data;
+  b.dq = a.dq.data;
+  b.dk = a.dk.data;
+  b.dv = a.dv.data;
+  b.dbias = p.has_dbias ? a.dbias.data : nullptr;
+  b.do_batch_stride = a.dout.strides[0], b.do_row_stride = a.dout.strides[1], b.do_head_stride = a.dout.strides[2];
+  b.dq_batch_stride = a.dq.strides[0], b.dq_row_stride = a.dq.strides[1], b.dq_head_stride = a.dq.strides[2];
+  b.dk_batch_stride = a.dk.strides[0], b.dk_row_stride = a.dk.strides[1], b.dk_head_stride = a.dk.strides[2];
+  b.dv_batch_stride = a.dv.strides[0], b.dv_row_stride = a.dv.strides[1], b.dv_head_stride = a.dv.strides[2];
+  if (p.has_dbias) {
+    b.dbias_batch_stride = a.dbias.strides[0], b.dbias_head_stride = a.dbias.strides[1];
+    b.dbias_row_stride = a.dbias.strides[2], b.dbias_col_stride = a.dbias.strides[3];
+    for (int d = 0; d < 4; ++d) b.dbias_sizes[d] = a.dbias.sizes[d];
+  }
+  b.scale = float(p.scale);
+  b.delta_rows = a.q.sizes[1];
+  b.num_n_blocks = int((p.seqlen_k + k.block_n - 1) / k.block_n);
+  b.num_kv_blocks = std::int64_t(b.num_n_blocks) * p.heads_k * p.batch;
+  plan->workspace_bytes = std::size_t(a.q.sizes[0]) * std::size_t(p.heads_q) * std::size_t(a.q.sizes[1]) * sizeof(float);
+  return Status::Ok();
+}
+
+// Workspace from the caller, or allocated on the stream (and freed after the launches).
+class Scratch {
+ public:
+  Scratch(const Options& opt, std::size_t bytes, cudaStream_t stream) : stream_(stream) {
+    ptr_ = opt.workspace;
+    if (bytes > 0 && ptr_ == nullptr) {
+      error_ = cudaMallocAsync(&ptr_, bytes, stream);
+      owned_ = error_ == cudaSuccess;
+    }
+  }
+  ~Scratch() {
+    if (owned_) cudaFreeAsync(ptr_, stream_);
+  }
+  Status status() const {
+    if (error_ == cudaSuccess) return Status::Ok();
+    return {StatusCode::device_error, std::string("workspace allocation: ") + cudaGetErrorString(error_)};
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+  cudaError_t error_ = cudaSuccess;
+  bool owned_ = false;
+};
+
 }  // namespace
 
 Status workspace_size(const ForwardArgs& args, const detail::Problem& p, std::size_t* bytes) {
@@ -171,9 +249,11 @@ Status workspace_size(const ForwardArgs& args, const detail::Problem& p, std::si
   return s.code() == StatusCode::unsupported ? Status::Ok() : s;  // forward() reports the misfit
 }
 
-Status workspace_size(const BackwardArgs&, const detail::Problem&, std::size_t* bytes) {
-  *bytes = 0;
-  return Status::Ok();
+Status workspace_size(const BackwardArgs& args, const detail::Problem& p, std::size_t* bytes) {
+  BackwardPlan plan;
+  const Status s = plan_backward(args, p, &plan);
+  *bytes = s.ok() ? plan.workspace_bytes : 0;
+  return s.code() == StatusCode::unsupported ? Status::Ok() : s;
 }
 
 Status forward(const ForwardArgs& args, const detail::Problem& p) {
@@ -181,15 +261,10 @@ Status forward(const ForwardArgs& args, const detail::Problem& p) {
   if (Status s = plan_forward(args, p, &plan); !s.ok()) return s;
   if (p.seqlen_q == 0 || p.batch == 0) return Status::Ok();
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
-  void* scratch = args.workspace;
-  const bool own = plan.workspace_bytes > 0 && scratch == nullptr;
-  if (own)
-    if (cudaError_t e = cudaMallocAsync(&scratch, plan.workspace_bytes, stream))
-      return {StatusCode::device_error, std::string("workspace allocation: ") + cudaGetErrorString(e)};
-  plan.params.o_accum = static_cast<float*>(scratch);
-  const Status s = plan.kernel->launch(plan.params, stream);
-  if (own) cudaFreeAsync(scratch, stream);
-  return s;
+  const Scratch scratch(args, plan.workspace_bytes, stream);
+  if (Status s = scratch.status(); !s.ok()) return s;
+  plan.params.o_accum = static_cast<float*>(scratch.get());
+  return plan.kernel->launch(plan.params, stream);
 }
 
 Status describe_forward(const ForwardArgs& args, const detail::Problem& p, std::string* text) {
@@ -202,12 +277,22 @@ Status describe_forward(const ForwardArgs& args, const detail::Problem& p, std::
   return Status::Ok();
 }
 
-Status backward(const BackwardArgs&, const detail::Problem&) {
-  return unsupported("backend cuda: this build has no CUDA backward kernels yet");
+Status backward(const BackwardArgs& args, const detail::Problem& p) {
+  BackwardPlan plan;
+  if (Status s = plan_backward(args, p, &plan); !s.ok()) return s;
+  if (p.batch == 0) return Status::Ok();
+  const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
+  const Scratch scratch(args, plan.workspace_bytes, stream);
+  if (Status s = scratch.status(); !s.ok()) return s;
+  plan.params.delta = static_cast<float*>(scratch.get());
+  return plan.kernel->launch(plan.params, stream);
 }
 
-Status describe_backward(const BackwardArgs&, const detail::Problem&, std::string*) {
-  return unsupported("backend cuda: this build has no CUDA backward kernels yet");
+Status describe_backward(const BackwardArgs& args, const detail::Problem& p, std::string* text) {
+  BackwardPlan plan;
+  if (Status s = plan_backward(args, p, &plan); !s.ok()) return s;
+  *text = describe(*plan.kernel);
+  return Status::Ok();
 }
 
 }  // namespace memattn::cuda
@@ -216,7 +301,7 @@ namespace memattn {
 
 std::vector<KernelInfo> list_kernels(bool with_resources) {
   std::vector<KernelInfo> rows;
-  for (const cuda::ForwardKernel& k : cuda::forward_kernels()) {
+  const auto add = [&](const auto& k) {
     KernelInfo info{k.name, cuda::describe(k), k.priority, {}};
     cuda::KernelResources r;
     if (with_resources && cuda::device_count() > 0) {
@@ -230,7 +315,9 @@ std::vector<KernelInfo> list_kernels(bool with_resources) {
       info.resources = text.str();
     }
     rows.push_back(info);
-  }
+  };
+  for (const cuda::ForwardKernel& k : cuda::forward_kernels()) add(k);
+  for (const cuda::BackwardKernel& k : cuda::backward_kernels()) add(k);
   return rows;
 }
 
@@ -244,7 +331,8 @@ const char* to_string(Accumulator accumulator) {
   return accumulator == Accumulator::registers ? "registers" : "global";
 }
 
-std::string describe(const ForwardKernel& k) {
+template <class Params>
+std::string describe(const KernelRow<Params>& k) {
   std::ostringstream s;
   s << k.name << " (" << to_string(k.family) << ", " << to_string(k.dtype) << ", head dim <= " << k.max_head_dim
     << ", tile " << k.block_m << "x" << k.block_n << ", " << k.warps << " warps, accumulator in "
@@ -253,4 +341,9 @@ std::string describe(const ForwardKernel& k) {
   return s.str();
 }
 
+}  // namespace memattn::cuda
+
+namespace memattn::cuda {
+template std::string describe(const KernelRow<FwdParams>&);
+template std::string describe(const KernelRow<BwdParams>&);
 }  // namespace memattn::cuda

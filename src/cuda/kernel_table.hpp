@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/bwd_params.hpp"
 #include "cuda/fwd_params.hpp"
 #include "memattn/status.hpp"
 #include "memattn/types.hpp"
@@ -26,7 +27,9 @@ struct KernelResources {
   int blocks_per_sm = 0;      // occupancy
 };
 
-struct ForwardKernel {
+// One row; Params is FwdParams for forward rows and BwdParams for backward rows.
+template <class Params>
+struct KernelRow {
   const char* name;
   Family family;
   DType dtype;
@@ -36,15 +39,20 @@ struct ForwardKernel {
   int alignment;  // elements: 8 = 16-byte rows and pointers needed, 1 = any
   bool bias, dropout;
   int priority;  // lower is tried first
-  Status (*launch)(const FwdParams&, cudaStream_t);
+  Status (*launch)(const Params&, cudaStream_t);
   Status (*resources)(KernelResources*);
 };
 
-// Every forward row compiled into this build, sorted by priority.
+using ForwardKernel = KernelRow<FwdParams>;
+using BackwardKernel = KernelRow<BwdParams>;
+
+// Every row compiled into this build, sorted by priority.
 const std::vector<ForwardKernel>& forward_kernels();
+const std::vector<BackwardKernel>& backward_kernels();
 
 const char* to_string(Family family);
 const char* to_string(Accumulator accumulator);
-std::string describe(const ForwardKernel& k);
+template <class Params>
+std::string describe(const KernelRow<Params>& k);
 
 }  // namespace memattn::cuda

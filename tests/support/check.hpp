@@ -12,6 +12,8 @@ namespace memattn::testing {
 
 struct CheckOptions {
   bool backward = true;
+  // Skip (with the library's reason) when the backend has no backward kernel for the problem.
+  bool skip_unsupported_backward = false;
 };
 
 // Fresh seed for every call, so each test run draws new inputs (printed on failure).

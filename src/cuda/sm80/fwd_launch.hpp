@@ -21,19 +21,25 @@ inline Status cuda_status(cudaError_t e, const char* what) {
   return {StatusCode::device_error, std::string(what) + ": " + cudaGetErrorString(e)};
 }
 
-// One CTA per work item unless the parameters cap the grid (p.grid_ctas); past gridDim.x's limit
-// the CTAs stride over the rest.
-template <class Kernel>
-Status launch(Kernel kernel, int threads, int smem, const FwdParams& p, cudaStream_t stream) {
+// One CTA per work item, up to `cap` CTAs (0: no cap); past gridDim.x's limit the CTAs stride
+// over the rest.
+template <class Kernel, class Params>
+Status launch_grid(Kernel kernel, int threads, int smem, std::int64_t work_items, std::int64_t cap, const Params& p,
+                   cudaStream_t stream) {
   if (Status s = cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                              "cudaFuncSetAttribute");
       !s.ok())
     return s;
-  std::int64_t grid = p.grid_ctas > 0 ? std::min<std::int64_t>(p.grid_ctas, p.num_blocks) : p.num_blocks;
+  std::int64_t grid = cap > 0 ? std::min<std::int64_t>(cap, work_items) : work_items;
   grid = std::min<std::int64_t>(grid, 0x7fffffff);
   if (grid == 0) return Status::Ok();
   kernel<<<unsigned(grid), threads, smem, stream>>>(p);
-  return cuda_status(cudaGetLastError(), "forward kernel launch");
+  return cuda_status(cudaGetLastError(), "kernel launch");
+}
+
+template <class Kernel>
+Status launch(Kernel kernel, int threads, int smem, const FwdParams& p, cudaStream_t stream) {
+  return launch_grid(kernel, threads, smem, p.num_blocks, p.grid_ctas, p, stream);
 }
 
 template <class Kernel>

@@ -25,10 +25,19 @@ struct TileOrigin {
   std::int64_t q_len, k_len;
 };
 
+// The (query, key) position of element e of a tile whose coordinates are (query, key) or, for the
+// backward's transposed tiles (kKeyRows), (key, query).
+template <bool kKeyRows, class Coords>
+__device__ __forceinline__ void query_key(const TileOrigin& t, const Coords& coord, int e, std::int64_t* i,
+                                          std::int64_t* j) {
+  *i = t.m0 + (kKeyRows ? get<1>(coord(e)) : get<0>(coord(e)));
+  *j = t.n0 + (kKeyRows ? get<0>(coord(e)) : get<1>(coord(e)));
+}
+
 // s <- log2(e) * (scale * s + bias), and -inf where the mask hides the key (only when `masked`:
 // tiles fully inside the window skip the per-element test). kBiasCode compiles the bias in; a
 // problem without bias still runs such a kernel (p.bias is null then).
-template <class Element, bool kBiasCode, class Scores, class Coords>
+template <class Element, bool kBiasCode, bool kKeyRows = false, class Scores, class Coords>
 __device__ __forceinline__ void transform_scores(const FwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
                                                  bool masked, Scores& s, const Coords& coord) {
   const bool has_bias = kBiasCode && p.bias != nullptr;
@@ -39,8 +48,8 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
                     (p.bias_is_f32 ? 4 : 2);
   CUTE_UNROLL
   for (int e = 0; e < size(s); ++e) {
-    const std::int64_t i = t.m0 + get<0>(coord(e));
-    const std::int64_t j = t.n0 + get<1>(coord(e));
+    std::int64_t i, j;
+    query_key<kKeyRows>(t, coord, e, &i, &j);
     float x = s(e) * p.scale_log2;
     if constexpr (kBiasCode) {
       if (has_bias && i < t.q_len && j < t.k_len) {
@@ -70,6 +79,12 @@ __device__ __forceinline__ void apply_dropout(const FwdParams& p, const TileOrig
     if (detail::philox_word(w, lane) < key.threshold) prob(e) = 0.0f;
     if (detail::philox_word(w, lane + 1) < key.threshold) prob(e + 1) = 0.0f;
   }
+}
+
+// Whether dropout keeps element (i, j) of head row bh (one Philox call per element).
+__device__ __forceinline__ bool dropout_keeps(const FwdParams& p, std::uint64_t bh, std::int64_t i, std::int64_t j) {
+  const detail::DropoutKey key{p.seed_lo, p.seed_hi, p.dropout_offset, p.dropout_threshold};
+  return detail::philox_word(detail::dropout_words(key, bh, i, j), int(j & 3)) >= key.threshold;
 }
 
 }  // namespace memattn::cuda::sm80

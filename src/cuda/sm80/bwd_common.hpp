@@ -1,0 +1,110 @@
+// Pieces of the sm80 backward: delta = rowsum(dO * O), zero gradients for keys past seqused_k,
+// and the elementwise step that turns a tile of raw scores and raw dP into P and dS.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "core/mask.hpp"
+#include "cuda/bwd_params.hpp"
+#include "cuda/sm80/fwd_common.hpp"
+#include "cuda/sm80/score_mods.hpp"
+#include "cuda/sm80/softmax.hpp"
+#include "cuda/tile_scheduler.hpp"
+
+namespace memattn::cuda::sm80 {
+
+using namespace cute;
+
+// delta[b][h][row] = sum over the value dim of dO * O, one warp per (tensor batch, row, head).
+template <class Element>
+__global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdParams p) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t batches = p.seqstart_q ? 1 : p.batch;
+  const std::int64_t total = batches * p.delta_rows * p.heads_q;
+  const std::int64_t warps = std::int64_t(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t w = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; w < total; w += warps) {
+    const int h = int(w % p.heads_q);
+    const std::int64_t row = (w / p.heads_q) % p.delta_rows, b = w / (p.heads_q * p.delta_rows);
+    const Element* o = static_cast<const Element*>(p.out) + b * p.o_batch_stride + row * p.o_row_stride + h * p.o_head_stride;
+    const Element* d =
+        static_cast<const Element*>(p.dout) + b * p.do_batch_stride + row * p.do_row_stride + h * p.do_head_stride;
+    float sum = 0.0f;
+    for (int e = lane; e < p.head_dim_v; e += 32) sum += float(o[e]) * float(d[e]);
+    sum = row_sum_all<32>(sum);
+    if (lane == 0) p.delta[(b * p.heads_q + h) * p.delta_rows + row] = sum;
+  }
+}
+
+// Keys of a sequence past seqused_k get zero gradients (one CTA per sequence).
+template <class Element>
+__global__ void __launch_bounds__(256) zero_unused_keys_kernel(const __grid_constant__ BwdParams p) {
+  const int b = blockIdx.x;
+  const std::int64_t begin = p.seqstart_k[b] + p.seqused_k[b], end = p.seqstart_k[b + 1];
+  const std::int64_t width = std::int64_t(p.head_dim) + p.head_dim_v;
+  const std::int64_t n = (end - begin) * p.heads_k * width;
+  for (std::int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+    const std::int64_t c = e % width, rest = e / width;
+    const std::int64_t h = rest % p.heads_k, row = begin + rest / p.heads_k;
+    if (c < p.head_dim)
+      static_cast<Element*>(p.dk)[row * p.dk_row_stride + h * p.dk_head_stride + c] = Element(0.0f);
+    else
+      static_cast<Element*>(p.dv)[row * p.dv_row_stride + h * p.dv_head_stride + c - p.head_dim] = Element(0.0f);
+  }
+}
+
+// Per-query statistics of one query tile, staged in shared memory: LSE in base 2 (+inf for rows
+// that see no key, so that their P is 0) and delta.
+template <int kRows>
+__device__ __forceinline__ void load_row_stats(const BwdParams& p, const SequenceInfo& seq, int h, std::int64_t m0,
+                                               int rows, float* lse2, float* delta) {
+  for (int r = threadIdx.x; r < kRows; r += blockDim.x) {
+    float l = INFINITY, d = 0.0f;
+    if (r < rows) {
+      const std::int64_t row = seq.q_begin + m0 + r;
+      l = p.lse[seq.batch * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
+      l = l == -INFINITY ? INFINITY : l * kLog2e;
+      d = p.delta[(seq.batch * p.heads_q + h) * p.delta_rows + row];
+    }
+    lse2[r] = l;
+    delta[r] = d;
+  }
+}
+
+// With s the raw scores Q K^T and dp the raw dO V^T of one tile (either way round, see
+// query_key): s <- P * Z / (1 - p) (what dV needs) and dp <- dS = P * (Z / (1 - p) * dO V^T - delta).
+// lse2 and delta are the tile's staged row statistics (indexed by query - m0). When dbias is
+// wanted (kWriteDbias, the dQ kernel: every element of a (sequence, head) is visited once), dS is
+// written to it.
+template <class Element, unsigned kFeatures, bool kKeyRows, bool kWriteDbias, class S, class DP, class Coords>
+__device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
+                                              bool masked, S& s, DP& dp, const Coords& coord, const float* lse2,
+                                              const float* delta) {
+  transform_scores<Element, (kFeatures & kBias) != 0, kKeyRows>(p, rule, t, masked, s, coord);
+  const bool dropout = (kFeatures & kDropout) != 0 && p.dropout;
+  const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
+  char* dbias = nullptr;
+  if (kWriteDbias && p.dbias)
+    dbias = static_cast<char*>(p.dbias) +
+            (std::int64_t(t.b) * p.dbias_batch_stride + std::int64_t(t.h) * p.dbias_head_stride) *
+                (p.bias_is_f32 ? 4 : 2);
+  CUTE_UNROLL
+  for (int e = 0; e < size(s); ++e) {
+    std::int64_t i, j;
+    query_key<kKeyRows>(t, coord, e, &i, &j);
+    const int r = int(i - t.m0);
+    const float prob = fast_exp2(s(e) - lse2[r]);
+    const float z = !dropout ? 1.0f : dropout_keeps(p, bh, i, j) ? p.dropout_scale : 0.0f;
+    const float ds = prob * (z * dp(e) - delta[r]);
+    s(e) = prob * z;
+    dp(e) = ds;
+    if (kWriteDbias && dbias != nullptr && i < t.q_len && j < t.k_len) {
+      const std::int64_t off = i * p.dbias_row_stride + j * p.dbias_col_stride;
+      if (p.bias_is_f32) reinterpret_cast<float*>(dbias)[off] = ds;
+      else reinterpret_cast<Element*>(dbias)[off] = Element(ds);
+    }
+  }
+}
+
+}  // namespace memattn::cuda::sm80
