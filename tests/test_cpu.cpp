@@ -7,27 +7,12 @@
 namespace memattn::testing {
 namespace {
 
-struct CpuCase {
-  NamedCase c;
-  friend void PrintTo(const CpuCase& x, std::ostream* os) { *os << x.c.spec.describe(); }
-};
+class CpuFast : public ::testing::TestWithParam<NamedCase> {};
 
-std::vector<CpuCase> all_cases() {
-  std::vector<CpuCase> out;
-  for (DType dt : {DType::f32, DType::f16, DType::bf16})
-    for (NamedCase& c : feature_cases(dt, Backend::cpu)) {
-      c.name = std::string(to_string(dt)) + "_" + c.name;
-      out.push_back({c});
-    }
-  return out;
-}
+TEST_P(CpuFast, MatchesReference) { check_case(GetParam().spec); }
 
-class CpuFast : public ::testing::TestWithParam<CpuCase> {};
-
-TEST_P(CpuFast, MatchesReference) { check_case(GetParam().c.spec); }
-
-INSTANTIATE_TEST_SUITE_P(Features, CpuFast, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<CpuCase>& info) { return info.param.c.name; });
+INSTANTIATE_TEST_SUITE_P(Features, CpuFast, ::testing::ValuesIn(named_cases(Backend::cpu, {DType::f32, DType::f16, DType::bf16})),
+                         [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
 
 // Bit-identical gradients run after run with deterministic = true (fixed thread count).
 TEST(CpuFast, DeterministicBackwardIsBitReproducible) {

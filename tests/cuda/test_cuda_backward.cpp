@@ -10,32 +10,17 @@
 namespace memattn::testing {
 namespace {
 
-struct GpuCase {
-  NamedCase c;
-  friend void PrintTo(const GpuCase& x, std::ostream* os) { *os << x.c.spec.describe(); }
-};
-
-std::vector<GpuCase> gpu_cases() {
-  std::vector<GpuCase> out;
-  for (DType dt : {DType::bf16, DType::f16, DType::f32})
-    for (NamedCase& c : feature_cases(dt, Backend::cuda)) {
-      c.name = std::string(to_string(dt)) + "_" + c.name;
-      out.push_back({c});
-    }
-  return out;
-}
-
-class CudaBackward : public ::testing::TestWithParam<GpuCase> {};
+class CudaBackward : public ::testing::TestWithParam<NamedCase> {};
 
 TEST_P(CudaBackward, MatchesReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   CheckOptions options;
   options.skip_unsupported_backward = true;
-  check_case(GetParam().c.spec, options);
+  check_case(GetParam().spec, options);
 }
 
-INSTANTIATE_TEST_SUITE_P(Features, CudaBackward, ::testing::ValuesIn(gpu_cases()),
-                         [](const ::testing::TestParamInfo<GpuCase>& info) { return info.param.c.name; });
+INSTANTIATE_TEST_SUITE_P(Features, CudaBackward, ::testing::ValuesIn(named_cases(Backend::cuda, {DType::bf16, DType::f16, DType::f32})),
+                         [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
 
 // Bit-identical gradients run after run (the kernels own their output rows: no atomics).
 TEST(CudaBackwardDeterminism, TwentyRunsAreBitIdentical) {

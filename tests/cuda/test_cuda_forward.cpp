@@ -11,41 +11,23 @@
 namespace memattn::testing {
 namespace {
 
-struct GpuCase {
-  NamedCase c;
-  friend void PrintTo(const GpuCase& x, std::ostream* os) { *os << x.c.spec.describe(); }
-};
-
-std::vector<GpuCase> gpu_cases() {
-  std::vector<GpuCase> out;
-  for (DType dt : {DType::bf16, DType::f16, DType::f32})
-    for (NamedCase& c : feature_cases(dt, Backend::cuda)) {
-      c.name = std::string(to_string(dt)) + "_" + c.name;
-      out.push_back({c});
-    }
-  return out;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
-
-class CudaForward : public ::testing::TestWithParam<GpuCase> {};
+class CudaForward : public ::testing::TestWithParam<NamedCase> {};
 
 TEST_P(CudaForward, MatchesReference) {
-  SKIP_WITHOUT_GPU();
-  check_case(GetParam().c.spec, {/*backward=*/false});
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  check_case(GetParam().spec, {/*backward=*/false});
 }
 
-INSTANTIATE_TEST_SUITE_P(Features, CudaForward, ::testing::ValuesIn(gpu_cases()),
-                         [](const ::testing::TestParamInfo<GpuCase>& info) { return info.param.c.name; });
+INSTANTIATE_TEST_SUITE_P(Features, CudaForward, ::testing::ValuesIn(named_cases(Backend::cuda, {DType::bf16, DType::f16, DType::f32})),
+                         [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
 
 TEST(CudaForward, DropoutMaskMatchesTheMapping) {
-  SKIP_WITHOUT_GPU();
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   check_dropout_masks(Backend::cuda, /*backward=*/false);
 }
 
 TEST(CudaForwardSizes, BatchTimesHeadsAbove65535) {
-  SKIP_WITHOUT_GPU();
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   tools::ProblemSpec s;
   s.batch = 1100;
   s.heads_q = s.heads_k = 64;  // 70400 (sequence, head) pairs
@@ -57,7 +39,7 @@ TEST(CudaForwardSizes, BatchTimesHeadsAbove65535) {
 }
 
 TEST(CudaForwardSizes, LongSequenceWithDenseBiasNeedsInt64Offsets) {
-  SKIP_WITHOUT_GPU();
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   tools::ProblemSpec s;
   s.batch = 1;
   s.heads_q = s.heads_k = 1;

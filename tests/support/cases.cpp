@@ -122,4 +122,14 @@ std::vector<NamedCase> feature_cases(DType dtype, Backend backend) {
   return c;
 }
 
+std::vector<NamedCase> named_cases(Backend backend, std::initializer_list<DType> dtypes) {
+  std::vector<NamedCase> out;
+  for (DType dt : dtypes)
+    for (NamedCase& c : feature_cases(dt, backend)) {
+      c.name = std::string(to_string(dt)) + "_" + c.name;
+      out.push_back(c);
+    }
+  return out;
+}
+
 }  // namespace memattn::testing

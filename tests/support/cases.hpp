@@ -4,6 +4,8 @@
 // fully masked rows, and combinations.
 #pragma once
 
+#include <initializer_list>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -18,5 +20,9 @@ struct NamedCase {
 
 // The cases with the given dtype and backend.
 std::vector<NamedCase> feature_cases(DType dtype, Backend backend);
+
+// The cases for each dtype, named "<dtype>_<case>": GoogleTest parameters.
+std::vector<NamedCase> named_cases(Backend backend, std::initializer_list<DType> dtypes);
+inline void PrintTo(const NamedCase& c, std::ostream* os) { *os << c.spec.describe(); }
 
 }  // namespace memattn::testing
