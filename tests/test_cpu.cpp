@@ -27,19 +27,7 @@ TEST(CpuFast, DeterministicBackwardIsBitReproducible) {
   s.dropout = {0.1, 3, 0};
   s.deterministic = true;
   s.backend = Backend::cpu;
-  tools::Workload w(s);
-  w.fill_inputs(next_seed());
-  ASSERT_TRUE(forward(w.forward_args()).ok());
-  std::vector<std::vector<unsigned char>> first;
-  for (int run = 0; run < 20; ++run) {
-    w.poison_outputs();
-    ASSERT_TRUE(backward(w.backward_args()).ok());
-    std::vector<std::vector<unsigned char>> grads;
-    for (tools::Tensor t : {tools::Tensor::dq, tools::Tensor::dk, tools::Tensor::dv, tools::Tensor::dbias})
-      grads.push_back(w.host(t).bytes);
-    if (run == 0) first = grads;
-    else ASSERT_EQ(grads, first) << "run " << run << " differs";
-  }
+  check_backward_bit_identical(s, 20);
 }
 
 }  // namespace

@@ -37,23 +37,7 @@ TEST(CudaBackwardDeterminism, TwentyRunsAreBitIdentical) {
   s.dropout = {0.1, 5, 0};
   s.deterministic = true;
   s.backend = Backend::cuda;
-  tools::Workload w(s);
-  w.fill_inputs(next_seed());
-  ASSERT_TRUE(w.to_device().ok());
-  ASSERT_TRUE(forward(w.forward_args()).ok());
-  std::vector<std::vector<unsigned char>> first;
-  for (int run = 0; run < 20; ++run) {
-    w.poison_outputs();
-    const Status st = backward(w.backward_args());
-    if (st.code() == StatusCode::unsupported) GTEST_SKIP() << st.message();
-    ASSERT_TRUE(st.ok()) << st.to_string();
-    ASSERT_TRUE(w.copy_outputs_to_host().ok());
-    std::vector<std::vector<unsigned char>> grads;
-    for (tools::Tensor t : {tools::Tensor::dq, tools::Tensor::dk, tools::Tensor::dv, tools::Tensor::dbias})
-      grads.push_back(w.host(t).bytes);
-    if (run == 0) first = grads;
-    else ASSERT_EQ(grads, first) << "run " << run << " differs";
-  }
+  check_backward_bit_identical(s, 20);
 }
 
 }  // namespace

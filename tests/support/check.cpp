@@ -99,4 +99,26 @@ void check_case(const tools::ProblemSpec& spec, const CheckOptions& options) {
     expect_close("dbias", w.to_double_reduced(tools::Tensor::dbias), nb.dbias, bref.dbias, 2 * tol, spec.dtype, seed);
 }
 
+void check_backward_bit_identical(const tools::ProblemSpec& spec, int runs) {
+  SCOPED_TRACE(spec.describe());
+  tools::Workload w(spec);
+  w.fill_inputs(next_seed());
+  if (spec.backend == Backend::cuda) ASSERT_TRUE(w.to_device().ok());
+  const Status fs = forward(w.forward_args());
+  ASSERT_TRUE(fs.ok()) << fs.to_string();
+  std::vector<std::vector<unsigned char>> first;
+  for (int run = 0; run < runs; ++run) {
+    w.poison_outputs();
+    const Status bs = backward(w.backward_args());
+    if (bs.code() == StatusCode::unsupported) GTEST_SKIP() << bs.message();
+    ASSERT_TRUE(bs.ok()) << bs.to_string();
+    ASSERT_TRUE(w.copy_outputs_to_host().ok());
+    std::vector<std::vector<unsigned char>> grads;
+    for (tools::Tensor t : {tools::Tensor::dq, tools::Tensor::dk, tools::Tensor::dv, tools::Tensor::dbias})
+      grads.push_back(w.host(t).bytes);
+    if (run == 0) first = grads;
+    else ASSERT_EQ(grads, first) << "run " << run << " differs";
+  }
+}
+
 }  // namespace memattn::testing

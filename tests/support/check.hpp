@@ -21,4 +21,8 @@ std::uint64_t next_seed();
 
 void check_case(const tools::ProblemSpec& spec, const CheckOptions& options = {});
 
+// One forward, then `runs` backwards with poisoned gradients: every run's dq, dk, dv (and dbias)
+// must be bit-identical to the first. Skips (with the reason) when the backend has no backward.
+void check_backward_bit_identical(const tools::ProblemSpec& spec, int runs);
+
 }  // namespace memattn::testing
