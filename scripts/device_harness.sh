@@ -5,7 +5,8 @@
 #   test      every test (CPU and GPU) through CTest
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on a small GPU subset
 #   run       the CLI's default problem (`memattn run --verify`) and SASS instruction counts
-#   python    pip install . (offline, for the GPU present) and the PyTorch op's tests
+#   python    pip install . (offline, for the GPU present; PIP_ARGS adds -C options) and the PyTorch
+#             op's tests
 #   bench     the benchmark suite (bench/bench.py) against PyTorch SDPA's backends
 # Logs and tables go to $OUT (at most 8 files come back from the device machine: summary, build,
 # tests, sanitizer, run (with the bench log), python logs, bench.md, bench.json).
@@ -74,7 +75,7 @@ if has python; then
   cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1)
   {
     python3 -m pip install --no-build-isolation --no-deps -C cmake.define.MEMATTN_SM80_SASS="${cc/./}" \
-      -C cmake.define.MEMATTN_SM80_PTX=OFF -C cmake.define.MEMATTN_DEPS_DIR="$PWD/.deps" . &&
+      -C cmake.define.MEMATTN_SM80_PTX=OFF -C cmake.define.MEMATTN_DEPS_DIR="$PWD/.deps" ${PIP_ARGS:-} . &&
       (cd /tmp && python3 -m pytest -q -rs "$OLDPWD/tests/python")
   } >"$out/python.log" 2>&1
   note "pip install . and tests/python: exit $? — $(tail -n 1 "$out/python.log")"

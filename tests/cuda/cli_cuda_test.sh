@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# `memattn run --backend cuda --verify` for each feature (forward). Exit 77 (skipped) without a GPU.
+# `memattn run --backend cuda --verify` for each feature: the forward always, the backward
+# (`--pass bwd`) where the build has backward rows. Exit 77 (skipped) without a GPU.
 # Usage: cli_cuda_test.sh path/to/memattn
 set -u
 bin=$1
 nvidia-smi -L >/dev/null 2>&1 || { echo "no GPU: skipped"; exit 77; }
 failures=0
-base=(run --backend cuda --pass fwd --verify --iters 2 --batch 2 --seqlen-q 300 --seqlen-k 257 --heads-q 4 --heads-k 2)
+base=(run --backend cuda --verify --iters 2 --batch 2 --seqlen-q 300 --seqlen-k 257 --heads-q 4 --heads-k 2)
 features=(
   "--head-dim 64"
   "--head-dim 128 --dtype fp16"
@@ -24,16 +25,35 @@ features=(
   "--head-dim 1000 --dtype fp32"
   "--head-dim 64 --scale 0.25"
 )
-for f in "${features[@]}"; do
+check() {  # pass, feature flags
   # shellcheck disable=SC2086
-  if "$bin" "${base[@]}" $f >/tmp/memattn_cli_cuda.log 2>&1 && grep -q "result: PASS" /tmp/memattn_cli_cuda.log &&
+  if "$bin" "${base[@]}" --pass "$1" $2 >/tmp/memattn_cli_cuda.log 2>&1 && grep -q "result: PASS" /tmp/memattn_cli_cuda.log &&
      grep -q "backend: cuda" /tmp/memattn_cli_cuda.log; then
-    echo "ok:   $f"
+    echo "ok:   $1 $2"
   else
-    echo "FAIL: $f"
+    echo "FAIL: $1 $2"
     tail -n 12 /tmp/memattn_cli_cuda.log | sed 's/^/    /'
     failures=$((failures + 1))
   fi
-done
+}
+for f in "${features[@]}"; do check fwd "$f"; done
+# The backward's features (its rows cover bf16/fp16 with D, Dv <= 128).
+backward_features=(
+  "--head-dim 64"
+  "--head-dim 128 --dtype fp16"
+  "--head-dim 64 --causal"
+  "--head-dim 64 --causal --alignment bottom-right"
+  "--head-dim 64 --window-left 32 --window-right 7"
+  "--head-dim 64 --bias dense"
+  "--head-dim 64 --dropout 0.2 --seed 7 --offset 3"
+  "--head-dim 64 --varlen 100,0,37 --varlen-k 50,9,200 --causal --alignment bottom-right"
+  "--head-dim 40 --head-dim-v 24"
+  "--head-dim 64 --scale 0.25"
+)
+if "$bin" kernels | grep -q "bwd_sm80"; then
+  for f in "${backward_features[@]}"; do check bwd "$f"; done
+else
+  echo "no backward rows in this build: backward checks skipped"
+fi
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]
