@@ -8,6 +8,13 @@
 
 namespace memattn::cuda {
 
+// A gradient's fp32 accumulator in the workspace (rows that need no tensor-core fragment order):
+// element (b, row, h, c) at ((b * rows + row) * heads + h) * ld + c, ld a whole number of chunks.
+struct GradAccum {
+  float* data;
+  std::int64_t batch, rows, heads, ld;
+};
+
 struct BwdParams : FwdParams {
   const void* dout;
   void* dq;
@@ -20,10 +27,20 @@ struct BwdParams : FwdParams {
   std::int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
   std::int64_t dbias_batch_stride, dbias_head_stride, dbias_row_stride, dbias_col_stride;
   std::int64_t dbias_sizes[4];
+  // dbias with broadcast dimensions: dS is summed in an fp32 workspace first, then written by
+  // reduce_dbias_kernel. By default the dQ kernel adds into a workspace of dbias's reduced shape
+  // with atomics (strides 0 along the summed dimensions); with `deterministic` it stores every dS
+  // into a workspace of the full [B, Hq, Mq, Mk] shape and the reduction sums in a fixed order.
+  float* dbias_accum;  // null: dS goes straight to dbias (no broadcast dimension)
+  bool dbias_atomic;
+  std::int64_t dbias_reduced_sizes[4];  // dbias's distinct elements: 1 along summed dimensions
+  std::int64_t dbias_accum_sizes[4];    // the workspace's shape (compact, row-major)
+  std::int64_t dbias_accum_strides[4];  // where the dQ kernel puts dS (b, h, query, key)
   float scale;  // softmax scale (dK and dQ carry it)
   // delta = rowsum(dO * O), fp32 [batch][heads_q][rows of q] with rows_per_batch = q.sizes[1].
   float* delta;
   std::int64_t delta_rows;  // rows per (batch, head): the tensors' M dimension
+  GradAccum dq_accum, dk_accum, dv_accum;  // global-accumulator rows only
   int num_n_blocks;         // key tiles per (sequence, kv head)
   std::int64_t num_kv_blocks;  // num_n_blocks * heads_k * batch: the work items of dK/dV
 };

@@ -176,16 +176,35 @@ Status plan_forward(const ForwardArgs& args, const detail::Problem& p, ForwardPl
 struct BackwardPlan {
   const BackwardKernel* kernel = nullptr;
   BwdParams params{};
-  std::size_t workspace_bytes = 0;  // delta
+  std::size_t workspace_bytes = 0;  // delta, dbias accumulator, gradient accumulators
+  std::size_t dbias_accum_offset = 0;     // 0: none
+  std::size_t grad_accum_offset[3] = {};  // dQ, dK, dV of the global-accumulator rows
 };
 
-Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPlan* plan) {
-  if (p.has_dbias) {
-    const std::int64_t full[4] = {p.batch, p.heads_q, p.seqlen_q, p.seqlen_k};
-    for (int d = 0; d < 4; ++d)
-      if (p.bias_broadcast[d] && full[d] > 1)
-        return unsupported("backend cuda: dbias summed over broadcast dimensions is not on the GPU yet");
+// dbias over broadcast dimensions goes through an fp32 workspace (BwdParams::dbias_accum): of
+// dbias's reduced shape with atomics, or of the full [B, Hq, Mq, Mk] shape when deterministic.
+// Returns its size in elements (0: dS is written to dbias directly).
+std::int64_t plan_dbias_accum(const detail::Problem& p, bool deterministic, BwdParams* b) {
+  const std::int64_t full[4] = {p.batch, p.heads_q, p.seqlen_q, p.seqlen_k};
+  bool summed = false;
+  for (int d = 0; d < 4; ++d) {
+    const bool broadcast = p.bias_broadcast[d] && full[d] > 1;
+    summed = summed || broadcast;
+    b->dbias_reduced_sizes[d] = broadcast ? 1 : full[d];
+    b->dbias_accum_sizes[d] = deterministic ? full[d] : b->dbias_reduced_sizes[d];
   }
+  if (!summed) return 0;
+  b->dbias_atomic = !deterministic;
+  std::int64_t stride = 1;
+  for (int d = 3; d >= 0; --d) {
+    const bool collapsed = b->dbias_accum_sizes[d] == 1 && full[d] > 1;
+    b->dbias_accum_strides[d] = collapsed ? 0 : stride;
+    stride *= b->dbias_accum_sizes[d];
+  }
+  return stride;
+}
+
+Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPlan* plan) {
   std::string why;
   plan->kernel = choose(backward_kernels(), "backward", backward_need(a, p), &why);
   if (!plan->kernel) return unsupported(why);
@@ -210,7 +229,29 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   b.delta_rows = a.q.sizes[1];
   b.num_n_blocks = int((p.seqlen_k + k.block_n - 1) / k.block_n);
   b.num_kv_blocks = std::int64_t(b.num_n_blocks) * p.heads_k * p.batch;
-  plan->workspace_bytes = std::size_t(a.q.sizes[0]) * std::size_t(p.heads_q) * std::size_t(a.q.sizes[1]) * sizeof(float);
+  // Workspace: delta, then (when needed) the dbias accumulator and the gradient accumulators of
+  // the global-accumulator rows, each 256-byte aligned.
+  constexpr std::size_t kAlign = 256;
+  std::size_t bytes = 0;
+  const auto reserve = [&](std::size_t n) {
+    const std::size_t at = (bytes + kAlign - 1) / kAlign * kAlign;
+    bytes = at + n;
+    return at;
+  };
+  reserve(std::size_t(a.q.sizes[0]) * std::size_t(p.heads_q) * std::size_t(a.q.sizes[1]) * sizeof(float));
+  const std::int64_t dbias_accum = p.has_dbias ? plan_dbias_accum(p, a.deterministic, &b) : 0;
+  plan->dbias_accum_offset = dbias_accum > 0 ? reserve(std::size_t(dbias_accum) * sizeof(float)) : 0;
+  if (k.accumulator == Accumulator::global) {
+    const auto accum = [&](GradAccum* g, const TensorRef& t, std::int64_t cols, std::size_t* offset) {
+      g->batch = t.sizes[0], g->rows = t.sizes[1], g->heads = t.sizes[2];
+      g->ld = (cols + kGlobalChunk - 1) / kGlobalChunk * kGlobalChunk;
+      *offset = reserve(std::size_t(g->batch * g->rows * g->heads * g->ld) * sizeof(float));
+    };
+    accum(&b.dq_accum, a.q, p.head_dim, &plan->grad_accum_offset[0]);
+    accum(&b.dk_accum, a.k, p.head_dim, &plan->grad_accum_offset[1]);
+    accum(&b.dv_accum, a.v, p.head_dim_v, &plan->grad_accum_offset[2]);
+  }
+  plan->workspace_bytes = bytes;
   return Status::Ok();
 }
 
@@ -284,8 +325,16 @@ Status backward(const BackwardArgs& args, const detail::Problem& p) {
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
   const Scratch scratch(args, plan.workspace_bytes, stream);
   if (Status s = scratch.status(); !s.ok()) return s;
-  plan.params.delta = static_cast<float*>(scratch.get());
-  return plan.kernel->launch(plan.params, stream);
+  char* base = static_cast<char*>(scratch.get());
+  BwdParams& b = plan.params;
+  b.delta = reinterpret_cast<float*>(base);
+  if (plan.dbias_accum_offset) b.dbias_accum = reinterpret_cast<float*>(base + plan.dbias_accum_offset);
+  if (plan.kernel->accumulator == Accumulator::global) {
+    b.dq_accum.data = reinterpret_cast<float*>(base + plan.grad_accum_offset[0]);
+    b.dk_accum.data = reinterpret_cast<float*>(base + plan.grad_accum_offset[1]);
+    b.dv_accum.data = reinterpret_cast<float*>(base + plan.grad_accum_offset[2]);
+  }
+  return plan.kernel->launch(b, stream);
 }
 
 Status describe_backward(const BackwardArgs& args, const detail::Problem& p, std::string* text) {

@@ -7,9 +7,7 @@ priority. This script writes one translation unit per row plus kernel_table_gene
 table the dispatcher walks, in priority order), and prints the generated file names.
 
   kernel_table.py --out DIR [--families 80,90] [--dtypes bf16,fp16] [--head-dims 64,128|all]
-                  [--set all|reduced] [--backward] [--list]
-
---backward adds the backward rows (not yet verified on a GPU: CMake's MEMATTN_BACKWARD_KERNELS).
+                  [--set all|reduced] [--list]
 
 --set reduced keeps one row per (family, accumulator, loads) kind so that every kernel family
 compiles quickly (CI); --list prints the rows instead of writing files.
@@ -40,6 +38,9 @@ ELEMENT_TYPES = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t"}
 # buckets above 128 do not fit in registers with this design.
 SM80_BACKWARD_BUCKETS = (32, 64, 96, 128)
 SM80_BACKWARD_TILE = (64, 64, 4)
+# Backward rows for everything else (fp32, head dims above 128, any dtype): FFMA on 64 x 64 tiles
+# with the gradients accumulated in a global fp32 workspace.
+SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
 CPP_DTYPE = {"bf16": "DType::bf16", "fp16": "DType::f16", "fp32": "DType::f32"}
 
 
@@ -100,6 +101,9 @@ def backward_rows():
             for loads, features in (("vector16", "plain"), ("vector16", "full"), ("element", "full")):
                 full = features == "full"
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", loads, full, full))
+    bm, bn, warps = SM80_BACKWARD_GLOBAL_TILE
+    for dtype in ("bf16", "fp16", "fp32"):
+        rows.append(Row(80, "bwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", "element", True, True))
     return rows
 
 
@@ -117,6 +121,9 @@ def reduced(rows):
 def template_args(r):
     loads = "sm80::Loads::vector16" if r.loads == "vector16" else "sm80::Loads::element"
     features = " | ".join([f for f, on in (("sm80::kBias", r.bias), ("sm80::kDropout", r.dropout)) if on]) or "sm80::kPlain"
+    if r.pass_ == "bwd" and r.accumulator == "global":
+        element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
+        return f"sm80::SimtBwdTraits<{element}>, {features}"
     if r.pass_ == "bwd":
         dq = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}, {loads}>"
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
@@ -144,8 +151,9 @@ def generate(rows, out):
     for r in rows:
         path = os.path.join(out, f"{r.name}.cu")
         if r.pass_ == "bwd":
-            header, params, suffix = "cuda/sm80/bwd_launch.hpp", "BwdParams", "_backward"
-            launch, resources = "launch_backward", "backward_resources"
+            header, params = "cuda/sm80/bwd_launch.hpp", "BwdParams"
+            suffix = "_global" if r.accumulator == "global" else ""
+            launch, resources = f"launch_backward{suffix}", f"backward{suffix}_resources"
         else:
             header, params = "cuda/sm80/fwd_launch.hpp", "FwdParams"
             suffix = "_fp32" if r.dtype == "fp32" else "_global" if r.accumulator == "global" else ""
@@ -211,13 +219,12 @@ def main():
     ap.add_argument("--dtypes", default="bf16,fp16,fp32")
     ap.add_argument("--head-dims", default="all")
     ap.add_argument("--set", choices=("all", "reduced"), default="all")
-    ap.add_argument("--backward", action="store_true")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     split = lambda s: [x for x in s.replace(";", ",").split(",") if x]
     families = {int(f) for f in split(args.families)}
     dtypes = set(split(args.dtypes))
-    rows = [r for r in all_rows() + (backward_rows() if args.backward else [])
+    rows = [r for r in all_rows() + backward_rows()
             if r.family in families and r.dtype in dtypes]
     if args.head_dims != "all":
         keep = {int(h) for h in split(args.head_dims)}

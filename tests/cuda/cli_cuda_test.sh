@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `memattn run --backend cuda --verify` for each feature: the forward always, the backward
-# (`--pass bwd`) where the build has backward rows. Exit 77 (skipped) without a GPU.
+# `memattn run --backend cuda --verify` for each feature, forward and backward (`--pass bwd`,
+# where the build has backward rows). Exit 77 (skipped) without a GPU.
 # Usage: cli_cuda_test.sh path/to/memattn
 set -u
 bin=$1
@@ -37,21 +37,8 @@ check() {  # pass, feature flags
   fi
 }
 for f in "${features[@]}"; do check fwd "$f"; done
-# The backward's features (its rows cover bf16/fp16 with D, Dv <= 128).
-backward_features=(
-  "--head-dim 64"
-  "--head-dim 128 --dtype fp16"
-  "--head-dim 64 --causal"
-  "--head-dim 64 --causal --alignment bottom-right"
-  "--head-dim 64 --window-left 32 --window-right 7"
-  "--head-dim 64 --bias dense"
-  "--head-dim 64 --dropout 0.2 --seed 7 --offset 3"
-  "--head-dim 64 --varlen 100,0,37 --varlen-k 50,9,200 --causal --alignment bottom-right"
-  "--head-dim 40 --head-dim-v 24"
-  "--head-dim 64 --scale 0.25"
-)
 if "$bin" kernels | grep -q "bwd_sm80"; then
-  for f in "${backward_features[@]}"; do check bwd "$f"; done
+  for f in "${features[@]}"; do check bwd "$f"; done
 else
   echo "no backward rows in this build: backward checks skipped"
 fi

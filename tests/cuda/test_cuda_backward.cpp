@@ -40,5 +40,24 @@ TEST(CudaBackwardDeterminism, TwentyRunsAreBitIdentical) {
   check_backward_bit_identical(s, 20);
 }
 
+// The same with a bias shared by the batch and the heads ([1, 1, Mq, Mk]): dbias is summed over
+// them in a fixed order.
+TEST(CudaBackwardDeterminism, BroadcastDbiasIsBitIdentical) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  tools::ProblemSpec s;
+  s.batch = 2;
+  s.seqlen_q = 130;
+  s.seqlen_k = 77;
+  s.heads_q = 4;
+  s.heads_k = 4;
+  s.head_dim = s.head_dim_v = 32;
+  s.dtype = DType::f16;
+  s.bias = tools::BiasPattern{true, true, false, false};
+  s.mask = Mask::causal();
+  s.deterministic = true;
+  s.backend = Backend::cuda;
+  check_backward_bit_identical(s, 20);
+}
+
 }  // namespace
 }  // namespace memattn::testing

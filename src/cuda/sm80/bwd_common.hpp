@@ -75,8 +75,8 @@ __device__ __forceinline__ void load_row_stats(const BwdParams& p, const Sequenc
 // With s the raw scores Q K^T and dp the raw dO V^T of one tile (either way round, see
 // query_key): s <- P * Z / (1 - p) (what dV needs) and dp <- dS = P * (Z / (1 - p) * dO V^T - delta).
 // lse2 and delta are the tile's staged row statistics (indexed by query - m0). When dbias is
-// wanted (kWriteDbias, the dQ kernel: every element of a (sequence, head) is visited once), dS is
-// written to it.
+// wanted (kWriteDbias, the dQ kernel: every element of a (sequence, head) is visited once), dS
+// goes to dbias, or to its fp32 workspace when dbias has broadcast dimensions (BwdParams).
 template <class Element, unsigned kFeatures, bool kKeyRows, bool kWriteDbias, class S, class DP, class Coords>
 __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
                                               bool masked, S& s, DP& dp, const Coords& coord, const float* lse2,
@@ -85,10 +85,15 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   const bool dropout = (kFeatures & kDropout) != 0 && p.dropout;
   const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
   char* dbias = nullptr;
-  if (kWriteDbias && p.dbias)
-    dbias = static_cast<char*>(p.dbias) +
-            (std::int64_t(t.b) * p.dbias_batch_stride + std::int64_t(t.h) * p.dbias_head_stride) *
-                (p.bias_is_f32 ? 4 : 2);
+  float* accum = nullptr;
+  if (kWriteDbias && p.dbias) {
+    if (p.dbias_accum)
+      accum = p.dbias_accum + std::int64_t(t.b) * p.dbias_accum_strides[0] + std::int64_t(t.h) * p.dbias_accum_strides[1];
+    else
+      dbias = static_cast<char*>(p.dbias) +
+              (std::int64_t(t.b) * p.dbias_batch_stride + std::int64_t(t.h) * p.dbias_head_stride) *
+                  (p.bias_is_f32 ? 4 : 2);
+  }
   CUTE_UNROLL
   for (int e = 0; e < size(s); ++e) {
     std::int64_t i, j;
@@ -99,10 +104,17 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     const float ds = prob * (z * dp(e) - delta[r]);
     s(e) = prob * z;
     dp(e) = ds;
-    if (kWriteDbias && dbias != nullptr && i < t.q_len && j < t.k_len) {
-      const std::int64_t off = i * p.dbias_row_stride + j * p.dbias_col_stride;
-      if (p.bias_is_f32) reinterpret_cast<float*>(dbias)[off] = ds;
-      else reinterpret_cast<Element*>(dbias)[off] = Element(ds);
+    if constexpr (kWriteDbias) {
+      if (i >= t.q_len || j >= t.k_len) continue;
+      if (accum != nullptr) {
+        float* a = accum + i * p.dbias_accum_strides[2] + j * p.dbias_accum_strides[3];
+        if (p.dbias_atomic) atomicAdd(a, ds);
+        else *a = ds;
+      } else if (dbias != nullptr) {
+        const std::int64_t off = i * p.dbias_row_stride + j * p.dbias_col_stride;
+        if (p.bias_is_f32) reinterpret_cast<float*>(dbias)[off] = ds;
+        else reinterpret_cast<Element*>(dbias)[off] = Element(ds);
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
-// Host side of the sm80 backward: delta, dbias zeroing, zero gradients for unused keys, then the
-// dK/dV and dQ kernels, all on the caller's stream.
+// Host side of the sm80 backward: delta, dbias zeroing, zero gradients for unused keys, the dK/dV
+// and dQ kernels (tensor-core register rows, or the SIMT global-accumulator rows), then the dbias
+// reduction over broadcast dimensions, all on the caller's stream.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,6 +9,7 @@
 #include "cuda/kernel_table.hpp"
 #include "cuda/sm80/bwd_dkdv_kernel.hpp"
 #include "cuda/sm80/bwd_dq_kernel.hpp"
+#include "cuda/sm80/bwd_simt_kernel.hpp"
 #include "cuda/sm80/fwd_launch.hpp"
 
 namespace memattn::cuda::sm80 {
@@ -26,27 +28,119 @@ __global__ void __launch_bounds__(256) zero_dbias_kernel(const __grid_constant__
   }
 }
 
+// dbias from its fp32 workspace: each dbias element is the sum of the workspace elements that
+// map to it (one with atomics, where the workspace has dbias's reduced shape; the broadcast
+// copies in a fixed order otherwise).
+template <class Element>
+__global__ void __launch_bounds__(256) reduce_dbias_kernel(const __grid_constant__ BwdParams p) {
+  const std::int64_t* reduced = p.dbias_reduced_sizes;
+  const std::int64_t* w = p.dbias_accum_sizes;
+  std::int64_t copies[4], stride[4];
+  for (int d = 0; d < 4; ++d) copies[d] = w[d] / reduced[d];
+  stride[3] = 1;
+  for (int d = 2; d >= 0; --d) stride[d] = stride[d + 1] * w[d + 1];
+  const std::int64_t total = reduced[0] * reduced[1] * reduced[2] * reduced[3];
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t j = e % reduced[3], i = (e / reduced[3]) % reduced[2];
+    const std::int64_t h = (e / (reduced[3] * reduced[2])) % reduced[1], b = e / (reduced[3] * reduced[2] * reduced[1]);
+    float sum = 0.0f;
+    for (std::int64_t cb = 0; cb < copies[0]; ++cb)
+      for (std::int64_t ch = 0; ch < copies[1]; ++ch)
+        for (std::int64_t ci = 0; ci < copies[2]; ++ci) {
+          const float* row = p.dbias_accum + (b + cb) * stride[0] + (h + ch) * stride[1] + (i + ci) * stride[2] + j;
+          for (std::int64_t cj = 0; cj < copies[3]; ++cj) sum += row[cj];
+        }
+    const std::int64_t off = b * p.dbias_batch_stride + h * p.dbias_head_stride + i * p.dbias_row_stride + j * p.dbias_col_stride;
+    if (p.bias_is_f32) static_cast<float*>(p.dbias)[off] = sum;
+    else static_cast<Element*>(p.dbias)[off] = Element(sum);
+  }
+}
+
 inline unsigned elementwise_grid(std::int64_t items, int per_block) {
   return unsigned(std::min<std::int64_t>((items + per_block - 1) / per_block, 65536));
+}
+
+// Before the gradient kernels: delta, then dbias (or its workspace) zeroed and, for the register
+// rows, zero gradients for keys past seqused_k.
+template <class Element>
+Status backward_prologue(const BwdParams& p, bool zero_unused_keys, cudaStream_t stream) {
+  const std::int64_t delta_rows = (p.seqstart_q ? 1 : p.batch) * p.delta_rows * p.heads_q;
+  if (delta_rows > 0) delta_kernel<Element><<<elementwise_grid(delta_rows, 8), 256, 0, stream>>>(p);
+  if (p.dbias_accum) {
+    const std::int64_t* w = p.dbias_accum_sizes;
+    if (Status s = cuda_status(cudaMemsetAsync(p.dbias_accum, 0, std::size_t(w[0] * w[1] * w[2] * w[3]) * sizeof(float), stream),
+                               "dbias workspace");
+        !s.ok())
+      return s;
+  } else if (p.dbias) {
+    const std::int64_t n = p.dbias_sizes[0] * p.dbias_sizes[1] * p.dbias_sizes[2] * p.dbias_sizes[3];
+    if (n > 0) zero_dbias_kernel<Element><<<elementwise_grid(n, 256), 256, 0, stream>>>(p);
+  }
+  if (zero_unused_keys && p.seqused_k) zero_unused_keys_kernel<Element><<<unsigned(p.batch), 256, 0, stream>>>(p);
+  return cuda_status(cudaGetLastError(), "backward preprocessing");
+}
+
+// After them: dbias summed over its broadcast dimensions.
+template <class Element>
+Status backward_epilogue(const BwdParams& p, cudaStream_t stream) {
+  if (!p.dbias_accum) return Status::Ok();
+  const std::int64_t* r = p.dbias_reduced_sizes;
+  const std::int64_t n = r[0] * r[1] * r[2] * r[3];
+  if (n > 0) reduce_dbias_kernel<Element><<<elementwise_grid(n, 256), 256, 0, stream>>>(p);
+  return cuda_status(cudaGetLastError(), "dbias reduction");
 }
 
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>
 Status launch_backward(const BwdParams& p, cudaStream_t stream) {
   using Element = typename DqTraits::Element;
-  const std::int64_t delta_rows = (p.seqstart_q ? 1 : p.batch) * p.delta_rows * p.heads_q;
-  if (delta_rows > 0) delta_kernel<Element><<<elementwise_grid(delta_rows, 8), 256, 0, stream>>>(p);
-  if (p.dbias) {
-    const std::int64_t n = p.dbias_sizes[0] * p.dbias_sizes[1] * p.dbias_sizes[2] * p.dbias_sizes[3];
-    if (n > 0) zero_dbias_kernel<Element><<<elementwise_grid(n, 256), 256, 0, stream>>>(p);
-  }
-  if (p.seqused_k) zero_unused_keys_kernel<Element><<<unsigned(p.batch), 256, 0, stream>>>(p);
-  if (Status s = cuda_status(cudaGetLastError(), "backward preprocessing"); !s.ok()) return s;
+  if (Status s = backward_prologue<Element>(p, true, stream); !s.ok()) return s;
   if (Status s = launch_grid(dkdv_kernel<DkdvTraits, kFeatures>, DkdvTraits::kThreads, DkdvSmem<DkdvTraits>::kBytes,
                              p.num_kv_blocks, 0, p, stream);
       !s.ok())
     return s;
-  return launch_grid(dq_kernel<DqTraits, kFeatures>, DqTraits::kThreads, DqSmem<DqTraits>::kBytes, p.num_blocks, 0, p,
-                     stream);
+  if (Status s = launch_grid(dq_kernel<DqTraits, kFeatures>, DqTraits::kThreads, DqSmem<DqTraits>::kBytes, p.num_blocks,
+                             0, p, stream);
+      !s.ok())
+    return s;
+  return backward_epilogue<Element>(p, stream);
+}
+
+// The global-accumulator (SIMT) rows: the gradient workspaces zeroed, both kernels, then the
+// gradients written from the workspaces (every element, so keys past seqused_k get zeros too).
+template <class Traits, unsigned kFeatures>
+Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  if (Status s = backward_prologue<Element>(p, false, stream); !s.ok()) return s;
+  for (const GradAccum* g : {&p.dq_accum, &p.dk_accum, &p.dv_accum}) {
+    const std::size_t bytes = std::size_t(g->batch * g->rows * g->heads * g->ld) * sizeof(float);
+    if (Status s = cuda_status(cudaMemsetAsync(g->data, 0, bytes, stream), "gradient workspace"); !s.ok()) return s;
+  }
+  if (Status s = launch_grid(dkdv_simt_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p.num_kv_blocks,
+                             0, p, stream);
+      !s.ok())
+    return s;
+  if (Status s = launch_grid(dq_simt_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p.num_blocks, 0,
+                             p, stream);
+      !s.ok())
+    return s;
+  const auto finish = [&](const GradAccum& g, void* out, std::int64_t sb, std::int64_t sr, std::int64_t sh, int cols,
+                          float scale) {
+    const std::int64_t n = g.batch * g.rows * g.heads * cols;
+    if (n > 0)
+      finish_gradient_kernel<Element>
+          <<<elementwise_grid(n, 256), 256, 0, stream>>>(g, static_cast<Element*>(out), sb, sr, sh, cols, scale);
+  };
+  finish(p.dq_accum, p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim, p.scale);
+  finish(p.dk_accum, p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, p.head_dim, p.scale);
+  finish(p.dv_accum, p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, p.head_dim_v, 1.0f);
+  if (Status s = cuda_status(cudaGetLastError(), "gradient conversion"); !s.ok()) return s;
+  return backward_epilogue<Element>(p, stream);
+}
+
+template <class Traits, unsigned kFeatures>
+Status backward_global_resources(KernelResources* r) {
+  return resources(dkdv_simt_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
 }
 
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>

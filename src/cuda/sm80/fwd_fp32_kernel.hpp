@@ -42,27 +42,27 @@ struct Fp32FwdTraits {
   static constexpr int kFragFloats = 16;  // one value chunk per thread
 };
 
-// dst[d][row] = src[row][c0 + d] for rows < rows, d < cols - c0 (zero elsewhere): a chunk of
-// kChunk head-dim columns, transposed. Consecutive threads read consecutive columns.
-template <class Traits>
-__device__ __forceinline__ void load_transposed(const float* src, std::int64_t row_stride, int rows, int cols,
+// dst[d][row] = src[row][d] for rows < rows, d < cols (zero elsewhere): a chunk of kChunk
+// head-dim columns, transposed and widened to fp32. Consecutive threads read consecutive columns.
+template <class Traits, class T>
+__device__ __forceinline__ void load_transposed(const T* src, std::int64_t row_stride, int rows, int cols,
                                                 float* dst, int dst_ld) {
   constexpr int kElems = Traits::kBlockM * Traits::kChunk;
   CUTE_UNROLL
   for (int e = threadIdx.x; e < kElems; e += Traits::kThreads) {
     const int row = e / Traits::kChunk, d = e % Traits::kChunk;
-    dst[d * dst_ld + row] = row < rows && d < cols ? src[row * row_stride + d] : 0.0f;
+    dst[d * dst_ld + row] = row < rows && d < cols ? float(src[row * row_stride + d]) : 0.0f;
   }
 }
 
-// dst[row][c] = src[row][c] for a 64 x kVChunk tile of V (zero outside rows x cols).
-template <class Traits>
-__device__ __forceinline__ void load_rows(const float* src, std::int64_t row_stride, int rows, int cols, float* dst) {
+// dst[row][c] = src[row][c] for a 64 x kVChunk tile of V (zero outside rows x cols), in fp32.
+template <class Traits, class T>
+__device__ __forceinline__ void load_rows(const T* src, std::int64_t row_stride, int rows, int cols, float* dst) {
   constexpr int kElems = Traits::kBlockN * Traits::kVChunk, kLd = Traits::kVChunk + Traits::kPad;
   CUTE_UNROLL
   for (int e = threadIdx.x; e < kElems; e += Traits::kThreads) {
     const int row = e / Traits::kVChunk, c = e % Traits::kVChunk;
-    dst[row * kLd + c] = row < rows && c < cols ? src[row * row_stride + c] : 0.0f;
+    dst[row * kLd + c] = row < rows && c < cols ? float(src[row * row_stride + c]) : 0.0f;
   }
 }
 

@@ -1,0 +1,269 @@
+// The backward for what the tensor-core rows do not cover: fp32 inputs and head dims above 128,
+// any dtype (the inputs are widened to fp32 in shared memory; every product and sum is an fp32
+// FFMA, which is also what gives fp32 its fp32-level accuracy). dQ, dK and dV are accumulated in
+// a global fp32 workspace (BwdParams::grad_accum), one row per (tensor batch, row, head), padded
+// to whole 64-column chunks so that each thread moves float4s; finish_gradient_kernel then writes
+// the gradients in their dtype and strides.
+//
+// Two kernels, as for the tensor-core rows, so that no gradient element has two writers (no
+// atomics, deterministic): dkdv_simt_kernel owns a tile of 64 keys of one (sequence, kv head) and
+// walks every query tile of the group's heads that sees them; dq_simt_kernel owns 64 queries of
+// one (sequence, head) and walks the visible key tiles (and writes dbias, each element once).
+// A CTA is 16 x 16 threads; thread (ty, tx) owns the 4 x 4 block of tile rows 4 ty.. and columns
+// 4 tx.., as in the fp32 forward, whose shared-memory helpers it uses.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "core/mask.hpp"
+#include "cuda/bwd_params.hpp"
+#include "cuda/sm80/bwd_common.hpp"
+#include "cuda/sm80/fwd_common.hpp"
+#include "cuda/sm80/fwd_fp32_kernel.hpp"
+#include "cuda/tile_scheduler.hpp"
+
+namespace memattn::cuda::sm80 {
+
+using namespace cute;
+
+template <class Element_>
+struct SimtBwdTraits : Fp32FwdTraits<0> {
+  using Element = Element_;  // of the tensors; the math is fp32
+  static constexpr int kTileLd = kBlockN + kPad;
+  static constexpr int kTileElems = kBlockM * kTileLd;
+  // Two transposed 32-column chunks, P (or P^T), dS (or dS^T), one 64-column chunk of rows, and
+  // the query tile's LSE and delta.
+  static constexpr int kSmemBytes = (kQtElems + kKtElems + 3 * kTileElems) * 4 + 2 * kBlockM * 4;
+};
+
+// sum over 32-column chunks of a[r] . b[c] for the 64 x 64 tile of rows a (rows_a valid) and
+// rows b (rows_b valid), `cols` columns each: s(j, i) for tile row 4 ty + i and column 4 tx + j.
+template <class Traits, class Tile>
+__device__ __forceinline__ void dot_tile(const typename Traits::Element* a, std::int64_t a_stride, int rows_a,
+                                         const typename Traits::Element* b, std::int64_t b_stride, int rows_b, int cols,
+                                         float* sAt, float* sBt, Tile& s, int tx, int ty) {
+  constexpr int kChunk = Traits::kChunk, kLd = Traits::kBlockM + Traits::kPad;
+  for (int c0 = 0; c0 < cols; c0 += kChunk) {
+    __syncthreads();  // the previous chunk's reads are done
+    load_transposed<Traits>(a + c0, a_stride, rows_a, cols - c0, sAt, kLd);
+    load_transposed<Traits>(b + c0, b_stride, rows_b, cols - c0, sBt, kLd);
+    __syncthreads();
+    CUTE_UNROLL
+    for (int d = 0; d < kChunk; ++d) {
+      const float4 x = *reinterpret_cast<const float4*>(sAt + d * kLd + 4 * ty);
+      const float4 y = *reinterpret_cast<const float4*>(sBt + d * kLd + 4 * tx);
+      const float xv[4] = {x.x, x.y, x.z, x.w}, yv[4] = {y.x, y.y, y.z, y.w};
+      CUTE_UNROLL
+      for (int i = 0; i < 4; ++i)
+        CUTE_UNROLL
+        for (int j = 0; j < 4; ++j) s(j, i) = fmaf(xv[i], yv[j], s(j, i));
+    }
+  }
+}
+
+// accum[r][:] += sum_k w[r][k] rows[k][:] for the tile's 64 rows r (rows_out valid), with w a
+// 64 x 64 tile in shared memory and rows (rows_in valid) read from global memory in 64-column
+// chunks; accum is the fp32 workspace (row stride accum_ld, padded to whole chunks).
+template <class Traits>
+__device__ __forceinline__ void accumulate_rows(float* accum, std::int64_t accum_ld, int rows_out, const float* sW,
+                                                const typename Traits::Element* rows, std::int64_t row_stride,
+                                                int rows_in, int cols, float* sRows, int tx, int ty) {
+  constexpr int kVChunk = Traits::kVChunk;
+  constexpr float kOne[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  for (int c0 = 0; c0 < cols; c0 += kVChunk) {
+    __syncthreads();  // sW written; the previous chunk's reads are done
+    load_rows<Traits>(rows + c0, row_stride, rows_in, cols - c0, sRows);
+    __syncthreads();
+    float a[16];
+    CUTE_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const float4 x = 4 * ty + i < rows_out
+                           ? *reinterpret_cast<const float4*>(accum + (4 * ty + i) * accum_ld + c0 + 4 * tx)
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      a[4 * i] = x.x, a[4 * i + 1] = x.y, a[4 * i + 2] = x.z, a[4 * i + 3] = x.w;
+    }
+    accumulate_chunk<Traits>(a, false, kOne, sW, sRows, tx, ty);
+    CUTE_UNROLL
+    for (int i = 0; i < 4; ++i)
+      if (4 * ty + i < rows_out)
+        *reinterpret_cast<float4*>(accum + (4 * ty + i) * accum_ld + c0 + 4 * tx) =
+            make_float4(a[4 * i], a[4 * i + 1], a[4 * i + 2], a[4 * i + 3]);
+  }
+}
+
+// Row (b, row, h) of a gradient's workspace.
+__device__ __forceinline__ float* accum_row(const GradAccum& g, std::int64_t b, std::int64_t row, int h) {
+  return g.data + ((b * g.rows + row) * g.heads + h) * g.ld;
+}
+
+template <class Tile>
+__device__ __forceinline__ void store_tile_rows(float* sT, const Tile& s, int tx, int ty, int ld) {
+  CUTE_UNROLL
+  for (int i = 0; i < 4; ++i)
+    *reinterpret_cast<float4*>(sT + (4 * ty + i) * ld + 4 * tx) = make_float4(s(0, i), s(1, i), s(2, i), s(3, i));
+}
+
+template <class Traits, unsigned kFeatures>
+__device__ void dkdv_simt_tile(const BwdParams& p, const KvWorkItem& work, float* smem) {
+  using Element = typename Traits::Element;
+  constexpr int kTile = Traits::kBlockM, kLd = Traits::kTileLd;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+
+  const SequenceInfo seq = sequence_info(p, work.b);
+  const std::int64_t n0 = std::int64_t(work.n_block) * kTile;
+  if (n0 >= seq.k_len) return;
+  const int keys = int(min(std::int64_t(kTile), seq.k_len - n0));
+  const detail::MaskRule rule =
+      detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+  std::int64_t query_begin = 0, query_end = 0;
+  rule.query_range(n0, n0 + keys, seq.q_len, &query_begin, &query_end);
+
+  const std::int64_t k_row = seq.k_begin + n0;
+  const Element* k_ptr =
+      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + k_row * p.k_row_stride + work.hk * p.k_head_stride);
+  const Element* v_ptr =
+      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + k_row * p.v_row_stride + work.hk * p.v_head_stride);
+  float* dk_accum = accum_row(p.dk_accum, seq.batch, k_row, work.hk);
+  float* dv_accum = accum_row(p.dv_accum, seq.batch, k_row, work.hk);
+  const std::int64_t dk_ld = p.dk_accum.ld * p.dk_accum.heads, dv_ld = p.dv_accum.ld * p.dv_accum.heads;
+
+  float* sAt = smem;
+  float* sBt = sAt + Traits::kQtElems;
+  float* sPt = sBt + Traits::kKtElems;
+  float* sdSt = sPt + Traits::kTileElems;
+  float* sRows = sdSt + Traits::kTileElems;
+  float* lse2 = sRows + Traits::kTileElems;
+  float* delta = lse2 + kTile;
+
+  // Element (j, i): key 4 ty + i, query 4 tx + j of the transposed tiles.
+  Tensor cS = make_identity_tensor(make_shape(Int<kTile>{}, Int<kTile>{}));
+  Tensor blk = local_tile(cS, Shape<_4, _4>{}, make_coord(ty, tx));
+  Tensor tScS = cute::make_tensor(blk.data(), select<1, 0>(blk.layout()));
+  Tensor st = cute::make_tensor<float>(Shape<_4, _4>{});
+  Tensor dpt = cute::make_tensor<float>(Shape<_4, _4>{});
+
+  for (int g = 0; g < p.group; ++g) {
+    const int h = work.hk * p.group + g;
+    for (std::int64_t m0 = query_begin; m0 < query_end; m0 += kTile) {
+      const int rows = int(min(std::int64_t(kTile), seq.q_len - m0));
+      const std::int64_t q_row = seq.q_begin + m0;
+      const Element* q_ptr =
+          element_ptr<Element>(p.q, seq.batch * p.q_batch_stride + q_row * p.q_row_stride + h * p.q_head_stride);
+      const Element* do_ptr =
+          element_ptr<Element>(p.dout, seq.batch * p.do_batch_stride + q_row * p.do_row_stride + h * p.do_head_stride);
+      __syncthreads();  // the previous tile's statistics are read
+      load_row_stats<kTile>(p, seq, h, m0, rows, lse2, delta);
+      clear(st);
+      clear(dpt);
+      dot_tile<Traits>(k_ptr, p.k_row_stride, keys, q_ptr, p.q_row_stride, rows, p.head_dim, sAt, sBt, st, tx, ty);
+      dot_tile<Traits>(v_ptr, p.v_row_stride, keys, do_ptr, p.do_row_stride, rows, p.head_dim_v, sAt, sBt, dpt, tx,
+                       ty);
+      const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
+      const bool masked = n0 + kTile > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kTile);
+      gradient_tile<Element, kFeatures, true, false>(p, rule, origin, masked, st, dpt, tScS, lse2, delta);
+      store_tile_rows(sPt, st, tx, ty, kLd);
+      store_tile_rows(sdSt, dpt, tx, ty, kLd);
+      // dV += (P Z)^T dO and dK += dS^T Q (the scale is applied when dK is written).
+      accumulate_rows<Traits>(dv_accum, dv_ld, keys, sPt, do_ptr, p.do_row_stride, rows, p.head_dim_v, sRows, tx, ty);
+      accumulate_rows<Traits>(dk_accum, dk_ld, keys, sdSt, q_ptr, p.q_row_stride, rows, p.head_dim, sRows, tx, ty);
+    }
+  }
+}
+
+template <class Traits, unsigned kFeatures>
+__device__ void dq_simt_tile(const BwdParams& p, const WorkItem& work, float* smem) {
+  using Element = typename Traits::Element;
+  constexpr int kTile = Traits::kBlockM, kLd = Traits::kTileLd;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+
+  const SequenceInfo seq = sequence_info(p, work.b);
+  const std::int64_t m0 = std::int64_t(work.m_block) * kTile;
+  if (m0 >= seq.q_len) return;
+  const int rows = int(min(std::int64_t(kTile), seq.q_len - m0));
+  const detail::MaskRule rule =
+      detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+  std::int64_t key_begin = 0, key_end = 0;
+  rule.key_range(m0, m0 + rows, &key_begin, &key_end);
+  if (key_begin >= key_end) return;  // dQ stays zero
+  const int hk = work.h / p.group;
+
+  const std::int64_t q_row = seq.q_begin + m0;
+  const Element* q_ptr =
+      element_ptr<Element>(p.q, seq.batch * p.q_batch_stride + q_row * p.q_row_stride + work.h * p.q_head_stride);
+  const Element* do_ptr =
+      element_ptr<Element>(p.dout, seq.batch * p.do_batch_stride + q_row * p.do_row_stride + work.h * p.do_head_stride);
+  const Element* k_ptr =
+      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + hk * p.k_head_stride);
+  const Element* v_ptr =
+      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + hk * p.v_head_stride);
+  float* dq_accum = accum_row(p.dq_accum, seq.batch, q_row, work.h);
+  const std::int64_t dq_ld = p.dq_accum.ld * p.dq_accum.heads;
+
+  float* sAt = smem;
+  float* sBt = sAt + Traits::kQtElems;
+  float* sdS = sBt + Traits::kKtElems + Traits::kTileElems;
+  float* sRows = sdS + Traits::kTileElems;
+  float* lse2 = sRows + Traits::kTileElems;
+  float* delta = lse2 + kTile;
+  load_row_stats<kTile>(p, seq, work.h, m0, rows, lse2, delta);  // read after dot_tile's barriers
+
+  // Element (j, i): query 4 ty + i, key 4 tx + j.
+  Tensor cS = make_identity_tensor(make_shape(Int<kTile>{}, Int<kTile>{}));
+  Tensor blk = local_tile(cS, Shape<_4, _4>{}, make_coord(ty, tx));
+  Tensor tScS = cute::make_tensor(blk.data(), select<1, 0>(blk.layout()));
+  Tensor s = cute::make_tensor<float>(Shape<_4, _4>{});
+  Tensor dp = cute::make_tensor<float>(Shape<_4, _4>{});
+
+  const int n_first = int(key_begin / kTile), n_last = int((key_end - 1) / kTile);
+  for (int n = n_first; n <= n_last; ++n) {
+    const std::int64_t n0 = std::int64_t(n) * kTile;
+    const int keys = int(min(std::int64_t(kTile), seq.k_len - n0));
+    clear(s);
+    clear(dp);
+    dot_tile<Traits>(q_ptr, p.q_row_stride, rows, k_ptr + n0 * p.k_row_stride, p.k_row_stride, keys, p.head_dim, sAt,
+                     sBt, s, tx, ty);
+    dot_tile<Traits>(do_ptr, p.do_row_stride, rows, v_ptr + n0 * p.v_row_stride, p.v_row_stride, keys, p.head_dim_v,
+                     sAt, sBt, dp, tx, ty);
+    const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
+    const bool masked = n0 + kTile > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kTile);
+    gradient_tile<Element, kFeatures, false, true>(p, rule, origin, masked, s, dp, tScS, lse2, delta);
+    store_tile_rows(sdS, dp, tx, ty, kLd);
+    accumulate_rows<Traits>(dq_accum, dq_ld, rows, sdS, k_ptr + n0 * p.k_row_stride, p.k_row_stride, keys, p.head_dim,
+                            sRows, tx, ty);
+  }
+}
+
+template <class Traits, unsigned kFeatures>
+__global__ void __launch_bounds__(Traits::kThreads) dkdv_simt_kernel(const __grid_constant__ BwdParams p) {
+  extern __shared__ __align__(128) char smem[];
+  for (std::int64_t index = blockIdx.x; index < p.num_kv_blocks; index += gridDim.x) {
+    dkdv_simt_tile<Traits, kFeatures>(p, decode_kv_work(p, index), reinterpret_cast<float*>(smem));
+    __syncthreads();
+  }
+}
+
+template <class Traits, unsigned kFeatures>
+__global__ void __launch_bounds__(Traits::kThreads) dq_simt_kernel(const __grid_constant__ BwdParams p) {
+  extern __shared__ __align__(128) char smem[];
+  for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
+    dq_simt_tile<Traits, kFeatures>(p, decode_work(p, index), reinterpret_cast<float*>(smem));
+    __syncthreads();
+  }
+}
+
+// out[b][row][h][c] = scale * accum (in out's dtype and strides), for every element of a gradient.
+template <class Element>
+__global__ void __launch_bounds__(256) finish_gradient_kernel(GradAccum g, Element* out, std::int64_t batch_stride,
+                                                              std::int64_t row_stride, std::int64_t head_stride,
+                                                              int cols, float scale) {
+  const std::int64_t total = g.batch * g.rows * g.heads * cols;
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += std::int64_t(gridDim.x) * blockDim.x) {
+    const std::int64_t c = e % cols, rest = e / cols;
+    const std::int64_t h = rest % g.heads, row = (rest / g.heads) % g.rows, b = rest / (g.heads * g.rows);
+    out[b * batch_stride + row * row_stride + h * head_stride + c] =
+        Element(scale * g.data[((b * g.rows + row) * g.heads + h) * g.ld + c]);
+  }
+}
+
+}  // namespace memattn::cuda::sm80
