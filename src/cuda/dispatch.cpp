@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -71,11 +72,22 @@ std::string misfit(const Row& k, const Need& n) {
   return {};
 }
 
+// MEMATTN_KERNEL=<row name> limits the choice of its pass to that row (for experiments and
+// benchmarks of rows that would not be chosen first); unset or empty, every row competes.
+const char* forced_row() {
+  const char* name = std::getenv("MEMATTN_KERNEL");
+  return name != nullptr && *name != '\0' ? name : nullptr;
+}
+
 template <class Row>
 const Row* choose(const std::vector<Row>& table, const char* pass, const Need& n, std::string* why) {
   std::map<std::string, std::string> reasons;  // per family: the reason of its closest row
+  const char* forced = forced_row();
   for (const Row& k : table) {
-    const std::string reason = misfit(k, n);
+    std::string reason = misfit(k, n);
+    const bool same_pass = forced != nullptr && std::string(forced).compare(0, 4, k.name, 4) == 0;  // "fwd_" / "bwd_"
+    if (same_pass && reason.empty() && std::string(forced) != k.name)
+      reason = std::string("MEMATTN_KERNEL selects ") + forced;
     if (reason.empty()) return &k;
     reasons[to_string(k.family)] = reason;
   }

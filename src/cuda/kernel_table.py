@@ -26,6 +26,12 @@ SM80_REGISTER_TILES = {
     192: (128, 64, 8),
     256: (128, 64, 8),
 }
+# Alternative tiles compiled as extra plain rows after the bucket's default (never chosen first;
+# MEMATTN_KERNEL=<name> selects one), for measuring a tile before making it the default.
+SM80_EXTRA_TILES = {
+    64: ((128, 64, 4), (128, 128, 4)),
+    128: ((128, 64, 4),),
+}
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth.
 SM80_GLOBAL_TILE = (64, 64, 4, 3)  # queries, keys, warps, stages
 GLOBAL_HEAD_DIM = 65536
@@ -57,6 +63,7 @@ class Row:
     loads: str  # "vector16" (needs 8-element alignment) or "element" (any)
     bias: bool
     dropout: bool
+    variant: int = 0  # 0: the bucket's default tile; 1, 2, ...: SM80_EXTRA_TILES
 
     @property
     def features(self):
@@ -73,7 +80,7 @@ class Row:
         # Newer family first; then the smallest bucket that fits; aligned loads before element
         # loads; kernels without feature code before those with it.
         return (-self.family, self.accumulator != "registers", self.head_dim, self.loads != "vector16",
-                self.features != "plain")
+                self.features != "plain", self.variant)
 
 
 def all_rows():
@@ -83,6 +90,8 @@ def all_rows():
             for loads, features in (("vector16", "plain"), ("vector16", "full"), ("element", "full")):
                 full = features == "full"
                 rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", loads, full, full))
+            for variant, (xm, xn, xw) in enumerate(SM80_EXTRA_TILES.get(head_dim, ()), start=1):
+                rows.append(Row(80, "fwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
             rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
@@ -112,7 +121,7 @@ def reduced(rows):
     seen, out = set(), []
     for r in sorted(rows, key=lambda r: (r.head_dim, r.dtype)):
         kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.loads, r.features)
-        if kind not in seen:
+        if kind not in seen and r.variant == 0:
             seen.add(kind)
             out.append(r)
     return out

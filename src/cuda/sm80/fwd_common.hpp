@@ -4,6 +4,7 @@
 #include <cute/tensor.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/fwd_params.hpp"
 #include "cuda/tile_scheduler.hpp"
@@ -16,6 +17,21 @@ enum Features : unsigned { kPlain = 0, kBias = 1, kDropout = 2 };
 template <class Element>
 __device__ __forceinline__ const Element* element_ptr(const void* base, std::int64_t offset) {
   return static_cast<const Element*>(base) + offset;
+}
+
+// The value unchanged, but opaque to the optimiser: what is derived from it is computed where it
+// is used instead of being hoisted out of a loop and kept live (register pressure).
+template <class T>
+__device__ __forceinline__ T opaque(T v) {
+  if constexpr (std::is_pointer_v<T>) {
+    asm volatile("" : "+l"(v));
+  } else if constexpr (sizeof(T) == 8) {
+    asm volatile("" : "+l"(v));
+  } else {
+    static_assert(sizeof(T) == 4);
+    asm volatile("" : "+r"(v));
+  }
+  return v;
 }
 
 // Writes O = 0 and LSE = -inf for rows that see no key at all.

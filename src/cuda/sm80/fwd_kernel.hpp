@@ -24,45 +24,36 @@ namespace memattn::cuda::sm80 {
 using namespace cute;
 
 template <class Traits, unsigned kFeatures>
-__device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* smem) {
+__device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* smem) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
-  const int tid = threadIdx.x;
 
+  WorkItem work = work_in;
   const SequenceInfo seq = sequence_info(p, work.b);
   const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
   if (m0 >= seq.q_len) return;
   const int rows = int(min(std::int64_t(kBlockM), seq.q_len - m0));
-  const detail::MaskRule rule =
-      detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
   std::int64_t key_begin = 0, key_end = 0;
-  rule.key_range(m0, m0 + rows, &key_begin, &key_end);
+  {
+    const detail::MaskRule rule =
+        detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+    rule.key_range(m0, m0 + rows, &key_begin, &key_end);
+  }
   if (key_begin >= key_end) {
     write_empty_rows<Traits>(p, seq, work.h, m0, rows);
     return;
   }
-  const int hk = work.h / p.group;
   const int n_first = int(key_begin / kBlockN), n_last = int((key_end - 1) / kBlockN);
-
-  // Global tiles. K and V start at the sequence's first key; a tile n is offset by n * kBlockN rows.
-  const Element* q_ptr = element_ptr<Element>(
-      p.q, seq.batch * p.q_batch_stride + (seq.q_begin + m0) * p.q_row_stride + work.h * p.q_head_stride);
-  const Element* k_ptr =
-      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + hk * p.k_head_stride);
-  const Element* v_ptr =
-      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + hk * p.v_head_stride);
-  const auto tile_q = make_shape(Int<kBlockM>{}, Int<kHeadDim>{});
-  const auto tile_kv = make_shape(Int<kBlockN>{}, Int<kHeadDim>{});
-  Tensor gQ = cute::make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}));
-  const auto k_tile = [&](int n) {
-    return cute::make_tensor(make_gmem_ptr(k_ptr + std::int64_t(n) * kBlockN * p.k_row_stride), tile_kv,
-                       make_stride(p.k_row_stride, _1{}));
-  };
-  const auto v_tile = [&](int n) {
-    return cute::make_tensor(make_gmem_ptr(v_ptr + std::int64_t(n) * kBlockN * p.v_row_stride), tile_kv,
-                       make_stride(p.v_row_stride, _1{}));
-  };
-  const auto keys_in = [&](int n) { return int(min(std::int64_t(kBlockN), seq.k_len - std::int64_t(n) * kBlockN)); };
+  // Key tiles [n_full_lo, n_full_hi] need no mask (every element visible, no key past k_len).
+  int n_full_lo, n_full_hi;
+  {
+    const detail::MaskRule rule =
+        detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+    const std::int64_t lo = rule.first_key(m0 + rows - 1);             // tile_visible: first_key(i1 - 1) <= j0
+    const std::int64_t hi = min(rule.end_key(m0), seq.k_len);          // j1 <= end_key(i0) and j1 <= k_len
+    n_full_lo = int((lo + kBlockN - 1) / kBlockN);
+    n_full_hi = int(hi / kBlockN) - 1;
+  }
 
   // Shared memory.
   Element* smem_q = reinterpret_cast<Element*>(smem);
@@ -72,56 +63,74 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* sme
   Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
   Tensor sV = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutKV{});
   Tensor sVt = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
-
-  // Global -> shared copies, predicated on rows and head-dim columns.
+  const auto tile_q = make_shape(Int<kBlockM>{}, Int<kHeadDim>{});
+  const auto tile_kv = make_shape(Int<kBlockN>{}, Int<kHeadDim>{});
   typename Traits::LoadCopy load;
-  auto load_thr = load.get_thread_slice(tid);
-  Tensor tQg = load_thr.partition_S(gQ);
-  Tensor tQs = load_thr.partition_D(sQ);
-  Tensor tQc = load_thr.partition_S(make_identity_tensor(tile_q));
-  Tensor tKs = load_thr.partition_D(sK);
-  Tensor tVs = load_thr.partition_D(sV);
-  Tensor tKVc = load_thr.partition_S(make_identity_tensor(tile_kv));
+  typename Traits::TiledMma mma;
 
-  copy_predicated(load, tQg, tQs, tQc, rows, p.head_dim);
-  copy_predicated(load, load_thr.partition_S(k_tile(n_last)), tKs, tKVc, keys_in(n_last), p.head_dim);
+  // K and V pointers at the sequence's first key; tile n starts kBlockN * n rows further.
+  const int hk = work.h / p.group;
+  const Element* k_ptr =
+      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + hk * p.k_head_stride);
+  const Element* v_ptr =
+      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + hk * p.v_head_stride);
+  // Copies K or V tile n into shared memory (rows past the sequence's keys and head-dim columns
+  // past `cols` zero-filled). Everything derived from the thread index is rebuilt from an opaque
+  // copy of it at each use so that the compiler keeps no per-copy addresses live across the loop.
+  const auto load_kv = [&](const Element* base, std::int64_t row_stride, Element* smem_dst, int n, int cols) {
+    const int t = opaque(int(threadIdx.x));
+    auto thr = load.get_thread_slice(t);
+    const std::int64_t n0 = std::int64_t(n) * kBlockN;
+    Tensor g = cute::make_tensor(make_gmem_ptr(opaque(base) + n0 * row_stride), tile_kv, make_stride(row_stride, _1{}));
+    Tensor s = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutKV{});
+    copy_predicated(load, thr.partition_S(g), thr.partition_D(s), thr.partition_S(make_identity_tensor(tile_kv)),
+                    int(min(std::int64_t(kBlockN), seq.k_len - n0)), cols);
+  };
+
+  {
+    const int t = threadIdx.x;
+    auto thr = load.get_thread_slice(t);
+    const Element* q_ptr = element_ptr<Element>(
+        p.q, seq.batch * p.q_batch_stride + (seq.q_begin + m0) * p.q_row_stride + work.h * p.q_head_stride);
+    Tensor gQ = cute::make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}));
+    copy_predicated(load, thr.partition_S(gQ), thr.partition_D(sQ), thr.partition_S(make_identity_tensor(tile_q)), rows,
+                    p.head_dim);
+  }
+  load_kv(k_ptr, p.k_row_stride, smem_k, n_last, p.head_dim);
   cp_async_fence();
 
-  // MMA partitions and shared -> register copies.
-  typename Traits::TiledMma mma;
-  auto thr_mma = mma.get_thread_slice(tid);
-  Tensor tSrQ = thr_mma.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K)
-  Tensor tSrK = thr_mma.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K)
-  Tensor tOrVt = thr_mma.partition_fragment_B(sVt);  // (MMA, MMA_D, MMA_N)
   Tensor acc_o = partition_fragment_C(mma, tile_q);  // (MMA, MMA_M, MMA_D), fp32
   clear(acc_o);
-  auto q_s2r_copy = make_tiled_copy_A(typename Traits::SmemToRegAtom{}, mma);
-  auto k_s2r_copy = make_tiled_copy_B(typename Traits::SmemToRegAtom{}, mma);
-  auto v_s2r_copy = make_tiled_copy_B(typename Traits::SmemToRegAtomTransposed{}, mma);
-  auto q_s2r = q_s2r_copy.get_thread_slice(tid);
-  auto k_s2r = k_s2r_copy.get_thread_slice(tid);
-  auto v_s2r = v_s2r_copy.get_thread_slice(tid);
-  Tensor tSsQ = q_s2r.partition_S(sQ);
-  Tensor tSrQ_view = q_s2r.retile_D(tSrQ);
-  Tensor tSsK = k_s2r.partition_S(sK);
-  Tensor tSrK_view = k_s2r.retile_D(tSrK);
-  Tensor tOsVt = v_s2r.partition_S(sVt);
-  Tensor tOrVt_view = v_s2r.retile_D(tOrVt);
-
-  // Tile coordinates of every score element, for mask, bias and dropout.
-  Tensor tScS = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
   Tensor acc_o_rc = rowcol(acc_o);
   OnlineSoftmax<decltype(size<0>(acc_o_rc))::value> softmax;
   softmax.init();
-  const std::int64_t m_end = m0 + rows;
 
+  CUTE_NO_UNROLL
   for (int n = n_last; n >= n_first; --n) {
+    const int t = opaque(int(threadIdx.x));
+    auto thr_mma = mma.get_thread_slice(t);
+    Tensor tSrQ = thr_mma.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K)
+    Tensor tSrK = thr_mma.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K)
+    Tensor tOrVt = thr_mma.partition_fragment_B(sVt);  // (MMA, MMA_D, MMA_N)
+    auto q_s2r_copy = make_tiled_copy_A(typename Traits::SmemToRegAtom{}, mma);
+    auto k_s2r_copy = make_tiled_copy_B(typename Traits::SmemToRegAtom{}, mma);
+    auto v_s2r_copy = make_tiled_copy_B(typename Traits::SmemToRegAtomTransposed{}, mma);
+    auto q_s2r = q_s2r_copy.get_thread_slice(t);
+    auto k_s2r = k_s2r_copy.get_thread_slice(t);
+    auto v_s2r = v_s2r_copy.get_thread_slice(t);
+    Tensor tSsQ = q_s2r.partition_S(sQ);
+    Tensor tSrQ_view = q_s2r.retile_D(tSrQ);
+    Tensor tSsK = k_s2r.partition_S(sK);
+    Tensor tSrK_view = k_s2r.retile_D(tSrK);
+    Tensor tOsVt = v_s2r.partition_S(sVt);
+    Tensor tOrVt_view = v_s2r.retile_D(tOrVt);
+
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
     Tensor acc_s = partition_fragment_C(mma, make_shape(Int<kBlockM>{}, Int<kBlockN>{}));
     clear(acc_s);
     cp_async_wait<0>();
     __syncthreads();  // K(n) landed; everyone is done with V(n + 1)
-    copy_predicated(load, load_thr.partition_S(v_tile(n)), tVs, tKVc, keys_in(n), p.head_dim_v);
+    load_kv(v_ptr, p.v_row_stride, smem_v, n, p.head_dim_v);
     cp_async_fence();
 
     CUTE_UNROLL
@@ -130,21 +139,26 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* sme
       copy(k_s2r_copy, tSsK(_, _, kk), tSrK_view(_, _, kk));
       gemm(mma, tSrQ(_, _, kk), tSrK(_, _, kk), acc_s);
     }
-    const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
-    const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m_end, n0, n0 + kBlockN);
-    transform_scores<Element, (kFeatures & kBias) != 0>(p, rule, origin, masked, acc_s, tScS);
+    // Tile coordinates of every score element, for mask, bias and dropout.
+    Tensor tScS = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
+    const SequenceInfo lseq{0, 0, opaque(seq.q_len), 0, opaque(seq.k_len)};
+    const detail::MaskRule rule =
+        detail::MaskRule::make(lseq.q_len, lseq.k_len, p.window_left, p.window_right, p.bottom_right);
+    const TileOrigin origin{work.b, work.h, opaque(m0), n0, lseq.q_len, lseq.k_len};
+    const bool masked = n < n_full_lo || n > n_full_hi;
+    transform_scores_rows<Element, (kFeatures & kBias) != 0>(p, rule, origin, masked, acc_s, tScS);
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n)
     if (n > n_first) {
-      copy_predicated(load, load_thr.partition_S(k_tile(n - 1)), tKs, tKVc, keys_in(n - 1), p.head_dim);
+      load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, p.head_dim);
       cp_async_fence();
     }
 
     Tensor acc_s_rc = rowcol(acc_s);
     softmax.update(acc_s_rc, acc_o_rc);
     if constexpr ((kFeatures & kDropout) != 0)
-      if (p.dropout) apply_dropout(p, origin, acc_s, tScS);
+      if (p.dropout) apply_dropout_rows(p, origin, acc_s, tScS);
     Tensor p_frag = convert_fragment<Element>(acc_s);
     Tensor tOrP = cute::make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
     CUTE_UNROLL
@@ -154,15 +168,23 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work, char* sme
     }
   }
 
-  // Epilogue: normalise, LSE, then O through shared memory (Q's space) to global memory.
+  // Epilogue: normalise, LSE, then O through shared memory (Q's space) to global memory. The
+  // sequence is looked up again rather than kept live across the key loop.
+  work.b = opaque(work.b);
+  work.h = opaque(work.h);
+  work.m_block = opaque(work.m_block);
+  const SequenceInfo eseq = sequence_info(p, work.b);
+  const std::int64_t em0 = std::int64_t(work.m_block) * kBlockM;
+  const int erows = int(min(std::int64_t(kBlockM), eseq.q_len - em0));
+  auto thr_mma = mma.get_thread_slice(threadIdx.x);
   float lse[decltype(size<0>(acc_o_rc))::value];
   softmax.finalize(acc_o_rc, (kFeatures & kDropout) && p.dropout ? p.dropout_scale : 1.0f, lse);
-  write_lse(p, seq, work.h, m0, rows, lse, rowcol(thr_mma.partition_C(make_identity_tensor(tile_q))));
-  Element* o_ptr = static_cast<Element*>(p.out) + seq.batch * p.o_batch_stride + (seq.q_begin + m0) * p.o_row_stride +
-                   work.h * p.o_head_stride;
+  write_lse(p, eseq, work.h, em0, erows, lse, rowcol(thr_mma.partition_C(make_identity_tensor(tile_q))));
+  Element* o_ptr = static_cast<Element*>(p.out) + eseq.batch * p.o_batch_stride +
+                   (eseq.q_begin + em0) * p.o_row_stride + work.h * p.o_head_stride;
   store_tile<Traits, typename Traits::SmemLayoutQ>(
       mma, convert_fragment<Element>(acc_o), smem_q,
-      cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{})), rows, p.head_dim_v);
+      cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{})), erows, p.head_dim_v);
 }
 
 template <class Traits, unsigned kFeatures>

@@ -10,6 +10,7 @@
 #include "core/mask.hpp"
 #include "core/philox.hpp"
 #include "cuda/fwd_params.hpp"
+#include "cuda/sm80/fragments.hpp"
 
 namespace memattn::cuda::sm80 {
 
@@ -78,6 +79,94 @@ __device__ __forceinline__ void apply_dropout(const FwdParams& p, const TileOrig
     const int lane = int(j & 3);
     if (detail::philox_word(w, lane) < key.threshold) prob(e) = 0.0f;
     if (detail::philox_word(w, lane + 1) < key.threshold) prob(e + 1) = 0.0f;
+  }
+}
+
+// The forward's fast paths of transform_scores and apply_dropout for m16n8 accumulator fragments
+// with (query, key) coordinates (the accumulator's identity tensor, partitioned like it): the same
+// results, computed per row with 32-bit offsets inside the tile. A thread's columns are its first
+// column plus compile-time offsets, and its rows the same, so the mask is two 32-bit bounds per
+// row and each element compares a constant against them: no 64-bit index or per-element
+// coordinate stays live across the key loop.
+template <class Element, bool kBiasCode, class Scores, class Coords>
+__device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const detail::MaskRule& rule,
+                                                      const TileOrigin& t, bool masked, Scores& s, const Coords& coord) {
+  Tensor s_rc = rowcol(s);
+  Tensor c_rc = rowcol(coord);
+  constexpr int kRows = decltype(size<0>(s_rc))::value;
+  constexpr int kCols = decltype(size<1>(s_rc))::value;
+  constexpr int kSpan = 1 << 16;  // bound on a tile's rows and columns
+  const int row0 = get<0>(c_rc(0, 0));
+  const int col0 = get<1>(c_rc(0, 0));
+  // Visible keys of row i relative to the thread's first column: [lo - col0, hi - col0). Clamping
+  // to [-kSpan, kSpan] keeps every in-tile comparison unchanged.
+  const auto clamp32 = [](std::int64_t v) { return int(v < -kSpan ? -kSpan : v > kSpan ? kSpan : v); };
+  const std::int64_t base_i = t.m0 + row0;
+  const std::int64_t lo0 = rule.left < 0 ? -kSpan : base_i + rule.shift - rule.left - t.n0 - col0;
+  const std::int64_t hi_k = rule.k_len - t.n0 - col0;  // keys past k_len are masked
+  const std::int64_t hi0 = rule.right < 0 ? hi_k : base_i + rule.shift + rule.right + 1 - t.n0 - col0;
+  const int lo_base = clamp32(lo0), hi_base = clamp32(hi0), hi_cap = clamp32(hi_k);
+  [[maybe_unused]] const int rows_in = clamp32(t.q_len - base_i), cols_in = hi_cap;
+  const bool has_bias = kBiasCode && p.bias != nullptr;
+  const char* bias_row = nullptr;
+  std::int64_t bias_cs = 0;
+  if (has_bias) {
+    bias_cs = p.bias_col_stride;
+    bias_row = static_cast<const char*>(p.bias) +
+               (std::int64_t(t.b) * p.bias_batch_stride + std::int64_t(t.h) * p.bias_head_stride + base_i * p.bias_row_stride +
+                (t.n0 + col0) * bias_cs) *
+                   (p.bias_is_f32 ? 4 : 2);
+  }
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int dr = get<0>(c_rc(r, 0)) - row0;  // a constant
+    const int lo = lo_base + dr;
+    const int hi = min(hi_base + dr, hi_cap);
+    [[maybe_unused]] std::int64_t boff = 0;
+    if constexpr (kBiasCode)
+      if (has_bias) boff = std::int64_t(dr) * p.bias_row_stride;
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; ++c) {
+      const int dc = get<1>(c_rc(0, c)) - col0;  // a constant
+      float x = s_rc(r, c) * p.scale_log2;
+      if constexpr (kBiasCode) {
+        if (has_bias && dr < rows_in && dc < cols_in) {
+          const std::int64_t off = boff + std::int64_t(dc) * bias_cs;
+          const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_row) + off)
+                                        : float(reinterpret_cast<const Element*>(bias_row)[off]);
+          x = fmaf(b, kLog2e, x);
+        }
+      }
+      if (masked && !(dc >= lo && dc < hi)) x = -INFINITY;
+      s_rc(r, c) = x;
+    }
+  }
+}
+
+// apply_dropout for the same fragments: the Philox counter takes (j >> 2, i) truncated to 32 bits,
+// and tiles start at multiples of four keys, so 32-bit offsets give the same words.
+template <class Probs, class Coords>
+__device__ __forceinline__ void apply_dropout_rows(const FwdParams& p, const TileOrigin& t, Probs& prob,
+                                                   const Coords& coord) {
+  Tensor p_rc = rowcol(prob);
+  Tensor c_rc = rowcol(coord);
+  const detail::DropoutKey key{p.seed_lo, p.seed_hi, p.dropout_offset, p.dropout_threshold};
+  const std::uint32_t bh = std::uint32_t(std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h));
+  const int row0 = get<0>(c_rc(0, 0)), col0 = get<1>(c_rc(0, 0));
+  const std::uint32_t i0 = std::uint32_t(t.m0) + std::uint32_t(row0);
+  const std::uint32_t j0 = std::uint32_t(std::uint64_t(t.n0) >> 2);  // t.n0 % 4 == 0
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(p_rc); ++r) {
+    const std::uint32_t i = i0 + std::uint32_t(get<0>(c_rc(r, 0)) - row0);
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(p_rc); c += 2) {
+      const int col = get<1>(c_rc(0, c));  // even: columns col and col + 1 share one Philox call
+      const detail::Philox4 w =
+          detail::philox4x32_10(detail::Philox4{j0 + std::uint32_t(col >> 2), i, bh, key.c3}, key.k0, key.k1);
+      const int lane = col & 3;
+      if (detail::philox_word(w, lane) < key.threshold) p_rc(r, c) = 0.0f;
+      if (detail::philox_word(w, lane + 1) < key.threshold) p_rc(r, c + 1) = 0.0f;
+    }
   }
 }
 
