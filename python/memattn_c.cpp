@@ -42,8 +42,17 @@ memattn::TensorRef tensor(const py::object& t) {
   return r;
 }
 
+memattn::Backend parse_backend(const std::string& name) {
+  if (name == "cpu") return memattn::Backend::cpu;
+  if (name == "cuda") return memattn::Backend::cuda;
+  if (name == "reference") return memattn::Backend::reference;
+  if (name == "automatic") return memattn::Backend::automatic;
+  throw py::value_error("memattn: unknown backend " + name);
+}
+
 // The options both passes share.
 struct Settings {
+  memattn::Backend backend;
   std::int64_t window_left, window_right;
   bool bottom_right;
   double dropout_p;
@@ -53,6 +62,7 @@ struct Settings {
   std::uintptr_t seqstart_q, seqstart_k, seqused_k, stream;
 
   void apply(memattn::Options* o) const {
+    o->backend = backend;
     o->mask = memattn::Mask::window(window_left, window_right,
                                     bottom_right ? memattn::Alignment::bottom_right : memattn::Alignment::top_left);
     o->dropout = {dropout_p, seed, offset};
@@ -68,7 +78,8 @@ struct Settings {
 };
 
 Settings settings(const py::dict& s) {
-  return {s["window_left"].cast<std::int64_t>(),    s["window_right"].cast<std::int64_t>(),
+  return {s.contains("backend") ? parse_backend(s["backend"].cast<std::string>()) : memattn::Backend::automatic,
+          s["window_left"].cast<std::int64_t>(),    s["window_right"].cast<std::int64_t>(),
           s["bottom_right"].cast<bool>(),           s["dropout_p"].cast<double>(),
           s["seed"].cast<std::uint64_t>(),          s["offset"].cast<std::uint64_t>(),
           s["scale"].cast<std::optional<double>>(), s["num_seqs"].cast<std::int64_t>(),

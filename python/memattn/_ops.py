@@ -25,7 +25,9 @@ def _desc(t: Optional[Tensor]):
 def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k):
     seed, offset = (0, 0) if rng is None else (int(x) for x in rng.tolist())
     stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
-    return dict(window_left=window_left, window_right=window_right, bottom_right=bottom_right, dropout_p=dropout_p,
+    # The tensors' device picks the backend: the library never has to infer where memory lives.
+    backend = "cuda" if q.is_cuda else "reference" if q.dtype == torch.float64 else "cpu"
+    return dict(backend=backend, window_left=window_left, window_right=window_right, bottom_right=bottom_right, dropout_p=dropout_p,
                 seed=seed, offset=offset, scale=scale,
                 num_seqs=0 if seqstart_q is None else seqstart_q.numel() - 1,
                 seqstart_q=0 if seqstart_q is None else seqstart_q.data_ptr(),
