@@ -20,7 +20,7 @@ from dataclasses import dataclass
 # Register-accumulator head-dim buckets of the sm80 family, with their tile (queries, keys, warps).
 SM80_REGISTER_TILES = {
     32: (128, 128, 8),
-    64: (128, 128, 8),
+    64: (128, 64, 4),
     96: (128, 64, 8),
     128: (128, 64, 8),
     192: (128, 64, 8),
@@ -29,7 +29,7 @@ SM80_REGISTER_TILES = {
 # Alternative tiles compiled as extra plain rows after the bucket's default (never chosen first;
 # MEMATTN_KERNEL=<name> selects one), for measuring a tile before making it the default.
 SM80_EXTRA_TILES = {
-    64: ((128, 64, 4), (128, 128, 4)),
+    64: ((128, 128, 8), (128, 128, 4)),
     128: ((128, 64, 4),),
 }
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth.

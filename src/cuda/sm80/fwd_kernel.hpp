@@ -9,6 +9,8 @@
 
 #include <cute/tensor.hpp>
 
+#include <type_traits>
+
 #include "core/mask.hpp"
 #include "cuda/fwd_params.hpp"
 #include "cuda/sm80/epilogue.hpp"
@@ -105,8 +107,10 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   OnlineSoftmax<decltype(size<0>(acc_o_rc))::value> softmax;
   softmax.init();
 
-  CUTE_NO_UNROLL
-  for (int n = n_last; n >= n_first; --n) {
+  // One key tile. kMasked is a compile-time constant so that the tiles inside the window carry no
+  // mask code at all (the compiler would otherwise predicate it into every iteration).
+  const auto key_tile = [&](int n, auto masked_tag) {
+    constexpr bool kMasked = decltype(masked_tag)::value;
     const int t = opaque(int(threadIdx.x));
     auto thr_mma = mma.get_thread_slice(t);
     Tensor tSrQ = thr_mma.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K)
@@ -145,8 +149,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     const detail::MaskRule rule =
         detail::MaskRule::make(lseq.q_len, lseq.k_len, p.window_left, p.window_right, p.bottom_right);
     const TileOrigin origin{work.b, work.h, opaque(m0), n0, lseq.q_len, lseq.k_len};
-    const bool masked = n < n_full_lo || n > n_full_hi;
-    transform_scores_rows<Element, (kFeatures & kBias) != 0>(p, rule, origin, masked, acc_s, tScS);
+    transform_scores_rows<Element, (kFeatures & kBias) != 0>(p, rule, origin, kMasked, acc_s, tScS);
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n)
@@ -166,7 +169,16 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
       copy(v_s2r_copy, tOsVt(_, _, kk), tOrVt_view(_, _, kk));
       gemm(mma, tOrP(_, _, kk), tOrVt(_, _, kk), acc_o);
     }
-  }
+  };
+  // Last to first: the masked tiles at the right edge of the window (and past the keys), the
+  // unmasked ones, then the masked ones at its left edge.
+  int n = n_last;
+  CUTE_NO_UNROLL
+  for (; n >= n_first && n > n_full_hi; --n) key_tile(n, std::true_type{});
+  CUTE_NO_UNROLL
+  for (; n >= n_first && n >= n_full_lo; --n) key_tile(n, std::false_type{});
+  CUTE_NO_UNROLL
+  for (; n >= n_first; --n) key_tile(n, std::true_type{});
 
   // Epilogue: normalise, LSE, then O through shared memory (Q's space) to global memory. The
   // sequence is looked up again rather than kept live across the key loop.
