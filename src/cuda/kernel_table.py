@@ -22,7 +22,7 @@ SM80_REGISTER_TILES = {
     32: (128, 128, 8),
     64: (128, 64, 4),
     96: (128, 64, 8),
-    128: (128, 64, 8),
+    128: (128, 64, 4),
     192: (128, 64, 8),
     256: (128, 64, 8),
 }
@@ -30,7 +30,7 @@ SM80_REGISTER_TILES = {
 # MEMATTN_KERNEL=<name> selects one), for measuring a tile before making it the default.
 SM80_EXTRA_TILES = {
     64: ((128, 128, 8), (128, 128, 4)),
-    128: ((128, 64, 4),),
+    128: ((128, 64, 8),),
 }
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth.
 SM80_GLOBAL_TILE = (64, 64, 4, 3)  # queries, keys, warps, stages
