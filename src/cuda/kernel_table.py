@@ -17,19 +17,21 @@ import os
 import sys
 from dataclasses import dataclass
 
-# Register-accumulator head-dim buckets of the sm80 family, with their tile (queries, keys, warps).
+# Register-accumulator head-dim buckets of the sm80 family, with their tile (queries, keys, warps):
+# for the plain rows, and for the rows with bias and dropout code (or element loads), whose extra
+# registers do not fit 32 query rows per warp without heavy spills.
 SM80_REGISTER_TILES = {
-    32: (128, 128, 8),
-    64: (128, 64, 4),
-    96: (128, 64, 8),
-    128: (128, 64, 4),
-    192: (128, 64, 8),
-    256: (128, 64, 8),
+    32: ((128, 128, 8), (128, 128, 8)),
+    64: ((128, 64, 4), (128, 128, 8)),
+    96: ((128, 64, 8), (128, 64, 8)),
+    128: ((128, 64, 4), (128, 64, 8)),
+    192: ((128, 64, 8), (128, 64, 8)),
+    256: ((128, 64, 8), (128, 64, 8)),
 }
 # Alternative tiles compiled as extra plain rows after the bucket's default (never chosen first;
 # MEMATTN_KERNEL=<name> selects one), for measuring a tile before making it the default.
 SM80_EXTRA_TILES = {
-    64: ((128, 128, 8), (128, 128, 4)),
+    64: ((128, 128, 8),),
     128: ((128, 64, 8),),
 }
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth.
@@ -86,9 +88,10 @@ class Row:
 def all_rows():
     rows = []
     for dtype in ("bf16", "fp16"):
-        for head_dim, (bm, bn, warps) in SM80_REGISTER_TILES.items():
+        for head_dim, tiles in SM80_REGISTER_TILES.items():
             for loads, features in (("vector16", "plain"), ("vector16", "full"), ("element", "full")):
                 full = features == "full"
+                bm, bn, warps = tiles[full]
                 rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", loads, full, full))
             for variant, (xm, xn, xw) in enumerate(SM80_EXTRA_TILES.get(head_dim, ()), start=1):
                 rows.append(Row(80, "fwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
