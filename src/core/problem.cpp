@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <sstream>
 #include <string>
 
 #include "memattn/dropout.hpp"
@@ -20,11 +19,9 @@ constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 Status invalid(const std::string& message) { return {StatusCode::invalid_argument, message}; }
 
 std::string shape_string(const TensorRef& t) {
-  std::ostringstream s;
-  s << "[";
-  for (int d = 0; d < t.rank; ++d) s << (d ? ", " : "") << t.sizes[d];
-  s << "]";
-  return s.str();
+  std::string s = "[";
+  for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + std::to_string(t.sizes[d]);
+  return s + "]";
 }
 
 std::string shape_string(const std::int64_t* sizes, int rank) {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <sstream>
+#include <string>
 
 #include "cuda/backend.hpp"
 #include "cuda/kernel_table.hpp"
@@ -91,13 +91,13 @@ const Row* choose(const std::vector<Row>& table, const char* pass, const Need& n
     if (reason.empty()) return &k;
     reasons[to_string(k.family)] = reason;
   }
-  std::ostringstream s;
-  s << "backend cuda: no " << pass << " kernel fits (" << to_string(n.dtype) << ", head dim " << n.head_dim
-    << (n.bias ? ", bias" : "") << (n.dropout ? ", dropout" : "") << (n.aligned ? "" : ", unaligned")
-    << ", compute capability " << n.compute_capability / 10 << "." << n.compute_capability % 10 << ")";
-  if (table.empty()) s << ": this build has no CUDA " << pass << " kernels";
-  for (const auto& [family, reason] : reasons) s << "; " << family << " rows: " << reason;
-  *why = s.str();
+  std::string s = std::string("backend cuda: no ") + pass + " kernel fits (" + to_string(n.dtype) + ", head dim " +
+                  std::to_string(n.head_dim) + (n.bias ? ", bias" : "") + (n.dropout ? ", dropout" : "") +
+                  (n.aligned ? "" : ", unaligned") + ", compute capability " +
+                  std::to_string(n.compute_capability / 10) + "." + std::to_string(n.compute_capability % 10) + ")";
+  if (table.empty()) s += std::string(": this build has no CUDA ") + pass + " kernels";
+  for (const auto& [family, reason] : reasons) s += "; " + family + " rows: " + reason;
+  *why = s;
   return nullptr;
 }
 
@@ -367,13 +367,11 @@ std::vector<KernelInfo> list_kernels(bool with_resources) {
     cuda::KernelResources r;
     if (with_resources && cuda::device_count() > 0) {
       const Status s = k.resources(&r);
-      std::ostringstream text;
-      if (s.ok())
-        text << r.registers << " registers, " << r.local_bytes << " B local (spills), " << r.smem_bytes / 1024
-             << " KiB shared, " << r.blocks_per_sm << " CTA/SM x " << r.threads / 32 << " warps";
-      else
-        text << s.to_string();
-      info.resources = text.str();
+      info.resources = s.ok() ? std::to_string(r.registers) + " registers, " + std::to_string(r.local_bytes) +
+                                    " B local (spills), " + std::to_string(r.smem_bytes / 1024) + " KiB shared, " +
+                                    std::to_string(r.blocks_per_sm) + " CTA/SM x " + std::to_string(r.threads / 32) +
+                                    " warps"
+                              : s.to_string();
     }
     rows.push_back(info);
   };
@@ -394,12 +392,12 @@ const char* to_string(Accumulator accumulator) {
 
 template <class Params>
 std::string describe(const KernelRow<Params>& k) {
-  std::ostringstream s;
-  s << k.name << " (" << to_string(k.family) << ", " << to_string(k.dtype) << ", head dim <= " << k.max_head_dim
-    << ", tile " << k.block_m << "x" << k.block_n << ", " << k.warps << " warps, accumulator in "
-    << to_string(k.accumulator) << ", alignment " << k.alignment << (k.bias ? ", bias" : "")
-    << (k.dropout ? ", dropout" : "") << ", priority " << k.priority << ")";
-  return s.str();
+  using std::to_string;
+  return std::string(k.name) + " (" + to_string(k.family) + ", " + to_string(k.dtype) + ", head dim <= " +
+         to_string(k.max_head_dim) + ", tile " + to_string(k.block_m) + "x" + to_string(k.block_n) + ", " +
+         to_string(k.warps) + " warps, accumulator in " + to_string(k.accumulator) + ", alignment " +
+         to_string(k.alignment) + (k.bias ? ", bias" : "") + (k.dropout ? ", dropout" : "") + ", priority " +
+         to_string(k.priority) + ")";
 }
 
 }  // namespace memattn::cuda
