@@ -40,7 +40,13 @@ struct BwdParams : FwdParams {
   // delta = rowsum(dO * O), fp32 [batch][heads_q][rows of q] with rows_per_batch = q.sizes[1].
   float* delta;
   std::int64_t delta_rows;  // rows per (batch, head): the tensors' M dimension
-  GradAccum dq_accum, dk_accum, dv_accum;  // global-accumulator rows only
+  GradAccum dq_accum, dk_accum, dv_accum;  // SIMT (FFMA) global-accumulator rows
+  // Tensor-core global-accumulator rows: one fp32 slot per resident CTA (dK and dV chunks of a key
+  // tile; dQ chunks of a query tile, in MMA-fragment order); the dK/dV grid is capped at
+  // kv_grid_ctas CTAs and the dQ grid at grid_ctas.
+  float* dkdv_slots;
+  float* dq_slots;
+  std::int64_t dkdv_slot_elems, dq_slot_elems, kv_grid_ctas;
   int num_n_blocks;         // key tiles per (sequence, kv head)
   std::int64_t num_kv_blocks;  // num_n_blocks * heads_k * batch: the work items of dK/dV
 };

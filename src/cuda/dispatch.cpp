@@ -86,8 +86,10 @@ const Row* choose(const std::vector<Row>& table, const char* pass, const Need& n
   for (const Row& k : table) {
     std::string reason = misfit(k, n);
     const bool same_pass = forced != nullptr && std::string(forced).compare(0, 4, k.name, 4) == 0;  // "fwd_" / "bwd_"
-    if (same_pass && reason.empty() && std::string(forced) != k.name)
-      reason = std::string("MEMATTN_KERNEL selects ") + forced;
+    const bool is_forced = same_pass && std::string(forced) == k.name;
+    if (same_pass && reason.empty() && !is_forced) reason = std::string("MEMATTN_KERNEL selects ") + forced;
+    if (k.experimental && reason.empty() && !is_forced)
+      reason = "experimental (not yet verified on a GPU): only with MEMATTN_KERNEL=" + std::string(k.name);
     if (reason.empty()) return &k;
     reasons[to_string(k.family)] = reason;
   }
@@ -155,6 +157,13 @@ FwdParams forward_params(const Args& a, const detail::Problem& p, int block_m) {
 
 Status unsupported(std::string why) { return {StatusCode::unsupported, std::move(why)}; }
 
+int multiprocessors() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms;
+}
+
 // A forward ready to launch: the row, its parameters, and the workspace it needs.
 struct ForwardPlan {
   const ForwardKernel* kernel = nullptr;
@@ -174,11 +183,8 @@ Status plan_forward(const ForwardArgs& args, const detail::Problem& p, ForwardPl
   // take the work items in turn.
   KernelResources r;
   if (Status s = plan->kernel->resources(&r); !s.ok()) return s;
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   FwdParams& f = plan->params;
-  f.grid_ctas = std::min<std::int64_t>(f.num_blocks, std::int64_t(sms) * std::max(1, r.blocks_per_sm));
+  f.grid_ctas = std::min<std::int64_t>(f.num_blocks, std::int64_t(multiprocessors()) * std::max(1, r.blocks_per_sm));
   f.o_accum_slot_elems =
       std::int64_t(plan->kernel->block_m) * ((p.head_dim_v + kGlobalChunk - 1) / kGlobalChunk) * kGlobalChunk;
   plan->workspace_bytes = std::size_t(f.grid_ctas) * std::size_t(f.o_accum_slot_elems) * sizeof(float);
@@ -190,7 +196,8 @@ struct BackwardPlan {
   BwdParams params{};
   std::size_t workspace_bytes = 0;  // delta, dbias accumulator, gradient accumulators
   std::size_t dbias_accum_offset = 0;     // 0: none
-  std::size_t grad_accum_offset[3] = {};  // dQ, dK, dV of the global-accumulator rows
+  std::size_t grad_accum_offset[3] = {};  // dQ, dK, dV of the FFMA global-accumulator rows
+  std::size_t slots_offset[2] = {};       // dK/dV and dQ slots of the tensor-core global rows
 };
 
 // dbias over broadcast dimensions goes through an fp32 workspace (BwdParams::dbias_accum): of
@@ -253,7 +260,19 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   reserve(std::size_t(a.q.sizes[0]) * std::size_t(p.heads_q) * std::size_t(a.q.sizes[1]) * sizeof(float));
   const std::int64_t dbias_accum = p.has_dbias ? plan_dbias_accum(p, a.deterministic, &b) : 0;
   plan->dbias_accum_offset = dbias_accum > 0 ? reserve(std::size_t(dbias_accum) * sizeof(float)) : 0;
-  if (k.accumulator == Accumulator::global) {
+  if (k.accumulator == Accumulator::global && k.math == Math::mma) {
+    // One slot per resident CTA: dK and dV chunks of a key tile, dQ chunks of a query tile.
+    KernelResources r;
+    if (Status s = k.resources(&r); !s.ok()) return s;
+    const std::int64_t resident = std::int64_t(multiprocessors()) * std::max(1, r.blocks_per_sm);
+    const auto chunks = [](std::int64_t d) { return (d + kGlobalChunk - 1) / kGlobalChunk; };
+    b.kv_grid_ctas = std::min(b.num_kv_blocks, resident);
+    b.grid_ctas = std::min(b.num_blocks, resident);
+    b.dkdv_slot_elems = std::int64_t(k.block_n) * kGlobalChunk * (chunks(p.head_dim) + chunks(p.head_dim_v));
+    b.dq_slot_elems = std::int64_t(k.block_m) * kGlobalChunk * chunks(p.head_dim);
+    plan->slots_offset[0] = reserve(std::size_t(b.kv_grid_ctas * b.dkdv_slot_elems) * sizeof(float));
+    plan->slots_offset[1] = reserve(std::size_t(b.grid_ctas * b.dq_slot_elems) * sizeof(float));
+  } else if (k.accumulator == Accumulator::global) {
     const auto accum = [&](GradAccum* g, const TensorRef& t, std::int64_t cols, std::size_t* offset) {
       g->batch = t.sizes[0], g->rows = t.sizes[1], g->heads = t.sizes[2];
       g->ld = (cols + kGlobalChunk - 1) / kGlobalChunk * kGlobalChunk;
@@ -341,7 +360,10 @@ Status backward(const BackwardArgs& args, const detail::Problem& p) {
   BwdParams& b = plan.params;
   b.delta = reinterpret_cast<float*>(base);
   if (plan.dbias_accum_offset) b.dbias_accum = reinterpret_cast<float*>(base + plan.dbias_accum_offset);
-  if (plan.kernel->accumulator == Accumulator::global) {
+  if (plan.kernel->accumulator == Accumulator::global && plan.kernel->math == Math::mma) {
+    b.dkdv_slots = reinterpret_cast<float*>(base + plan.slots_offset[0]);
+    b.dq_slots = reinterpret_cast<float*>(base + plan.slots_offset[1]);
+  } else if (plan.kernel->accumulator == Accumulator::global) {
     b.dq_accum.data = reinterpret_cast<float*>(base + plan.grad_accum_offset[0]);
     b.dk_accum.data = reinterpret_cast<float*>(base + plan.grad_accum_offset[1]);
     b.dv_accum.data = reinterpret_cast<float*>(base + plan.grad_accum_offset[2]);
@@ -390,14 +412,17 @@ const char* to_string(Accumulator accumulator) {
   return accumulator == Accumulator::registers ? "registers" : "global";
 }
 
+const char* to_string(Math math) { return math == Math::mma ? "tensor cores" : "FFMA"; }
+
 template <class Params>
 std::string describe(const KernelRow<Params>& k) {
   using std::to_string;
   return std::string(k.name) + " (" + to_string(k.family) + ", " + to_string(k.dtype) + ", head dim <= " +
          to_string(k.max_head_dim) + ", tile " + to_string(k.block_m) + "x" + to_string(k.block_n) + ", " +
-         to_string(k.warps) + " warps, accumulator in " + to_string(k.accumulator) + ", alignment " +
-         to_string(k.alignment) + (k.bias ? ", bias" : "") + (k.dropout ? ", dropout" : "") + ", priority " +
-         to_string(k.priority) + ")";
+         to_string(k.warps) + " warps, " + to_string(k.math) + ", accumulator in " + to_string(k.accumulator) +
+         ", alignment " +
+         to_string(k.alignment) + (k.bias ? ", bias" : "") + (k.dropout ? ", dropout" : "") +
+         (k.experimental ? ", experimental" : "") + ", priority " + to_string(k.priority) + ")";
 }
 
 }  // namespace memattn::cuda

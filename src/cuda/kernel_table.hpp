@@ -17,6 +17,7 @@ namespace memattn::cuda {
 
 enum class Family { sm80, sm90 };
 enum class Accumulator { registers, global };  // where the output/gradient accumulators live
+enum class Math { mma, ffma };                  // tensor cores (mma.sync) or CUDA-core FMAs
 
 // What the compiler and driver report for one kernel.
 struct KernelResources {
@@ -36,9 +37,11 @@ struct KernelRow {
   int max_head_dim;  // head-dim bucket: D and Dv up to this
   int block_m, block_n, warps;
   Accumulator accumulator;
+  Math math;
   int alignment;  // elements: 8 = 16-byte rows and pointers needed, 1 = any
   bool bias, dropout;
-  int priority;  // lower is tried first
+  bool experimental;  // tried after every other row: chosen only when forced (MEMATTN_KERNEL)
+  int priority;       // lower is tried first
   Status (*launch)(const Params&, cudaStream_t);
   Status (*resources)(KernelResources*);
 };
@@ -52,6 +55,7 @@ const std::vector<BackwardKernel>& backward_kernels();
 
 const char* to_string(Family family);
 const char* to_string(Accumulator accumulator);
+const char* to_string(Math math);
 template <class Params>
 std::string describe(const KernelRow<Params>& k);
 

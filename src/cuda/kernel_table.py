@@ -49,6 +49,10 @@ SM80_BACKWARD_TILE = (64, 64, 4)
 # Backward rows for everything else (fp32, head dims above 128, any dtype): FFMA on 64 x 64 tiles
 # with the gradients accumulated in a global fp32 workspace.
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
+# Tensor-core backward rows for any head dim (bf16/fp16): 64 x 64 tiles, head dims in chunks of 64
+# through a pipeline of this many stages, dK/dV/dQ chunks in a per-CTA fp32 workspace slot.
+# Experimental until verified on a GPU.
+SM80_BACKWARD_GACC_TILE = (64, 64, 4, 3)  # queries, keys, warps, stages
 CPP_DTYPE = {"bf16": "DType::bf16", "fp16": "DType::f16", "fp32": "DType::f32"}
 
 
@@ -66,6 +70,8 @@ class Row:
     bias: bool
     dropout: bool
     variant: int = 0  # 0: the bucket's default tile; 1, 2, ...: SM80_EXTRA_TILES
+    math: str = "mma"  # "mma" (tensor cores) or "ffma" (CUDA cores)
+    experimental: bool = False  # not yet verified on a GPU: chosen only when forced (MEMATTN_KERNEL)
 
     @property
     def features(self):
@@ -75,14 +81,15 @@ class Row:
     def name(self):
         loads = "vec" if self.loads == "vector16" else "elem"
         acc = "" if self.accumulator == "registers" else "_gacc"
+        math = "_ffma" if self.math == "ffma" else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
-                f"w{self.warps}{acc}_{loads}_{self.features}")
+                f"w{self.warps}{acc}{math}_{loads}_{self.features}")
 
     def sort_key(self):
         # Newer family first; then the smallest bucket that fits; aligned loads before element
         # loads; kernels without feature code before those with it.
-        return (-self.family, self.accumulator != "registers", self.head_dim, self.loads != "vector16",
-                self.features != "plain", self.variant)
+        return (self.experimental, -self.family, self.accumulator != "registers", self.head_dim,
+                self.loads != "vector16", self.features != "plain", self.variant)
 
 
 def all_rows():
@@ -101,7 +108,7 @@ def all_rows():
     bm, bn, warps = FP32_TILE
     for head_dim, chunks in FP32_BUCKETS.items():
         acc = "registers" if chunks else "global"
-        rows.append(Row(80, "fwd", "fp32", head_dim, bm, bn, warps, acc, "element", True, True))
+        rows.append(Row(80, "fwd", "fp32", head_dim, bm, bn, warps, acc, "element", True, True, math="ffma"))
     return rows
 
 
@@ -115,7 +122,12 @@ def backward_rows():
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", loads, full, full))
     bm, bn, warps = SM80_BACKWARD_GLOBAL_TILE
     for dtype in ("bf16", "fp16", "fp32"):
-        rows.append(Row(80, "bwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", "element", True, True))
+        rows.append(Row(80, "bwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", "element", True, True, math="ffma"))
+    bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
+    for dtype in ("bf16", "fp16"):
+        for loads in ("vector16", "element"):
+            rows.append(Row(80, "bwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True,
+                            experimental=True))
     return rows
 
 
@@ -123,7 +135,7 @@ def reduced(rows):
     """One row per kernel kind (family, pass, fp32 or not, accumulator, loads, features), smallest head dim first."""
     seen, out = set(), []
     for r in sorted(rows, key=lambda r: (r.head_dim, r.dtype)):
-        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.loads, r.features)
+        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.loads, r.features)
         if kind not in seen and r.variant == 0:
             seen.add(kind)
             out.append(r)
@@ -133,9 +145,11 @@ def reduced(rows):
 def template_args(r):
     loads = "sm80::Loads::vector16" if r.loads == "vector16" else "sm80::Loads::element"
     features = " | ".join([f for f, on in (("sm80::kBias", r.bias), ("sm80::kDropout", r.dropout)) if on]) or "sm80::kPlain"
-    if r.pass_ == "bwd" and r.accumulator == "global":
+    if r.pass_ == "bwd" and r.accumulator == "global" and r.math == "ffma":
         element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
+    if r.pass_ == "bwd" and r.accumulator == "global":
+        return f"sm80::GlobalBwdTraits<{ELEMENT_TYPES[r.dtype]}, {SM80_BACKWARD_GACC_TILE[3]}, {loads}>, {features}"
     if r.pass_ == "bwd":
         dq = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}, {loads}>"
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
@@ -164,7 +178,7 @@ def generate(rows, out):
         path = os.path.join(out, f"{r.name}.cu")
         if r.pass_ == "bwd":
             header, params = "cuda/sm80/bwd_launch.hpp", "BwdParams"
-            suffix = "_global" if r.accumulator == "global" else ""
+            suffix = "" if r.accumulator == "registers" else "_global" if r.math == "ffma" else "_gacc"
             launch, resources = f"launch_backward{suffix}", f"backward{suffix}_resources"
         else:
             header, params = "cuda/sm80/fwd_launch.hpp", "FwdParams"
@@ -191,8 +205,9 @@ Status {r.name}_resources(KernelResources* r) {{ return sm80::{resources}<{templ
     def entries(pass_):
         return "\n".join(
             f'      {{"{r.name}", Family::sm{r.family}, {CPP_DTYPE[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, '
-            f'{r.warps}, Accumulator::{r.accumulator}, {8 if r.loads == "vector16" else 1}, {str(r.bias).lower()}, '
-            f'{str(r.dropout).lower()}, {i}, &generated::{r.name}, &generated::{r.name}_resources}},'
+            f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {8 if r.loads == "vector16" else 1}, '
+            f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.experimental).lower()}, {i}, '
+            f'&generated::{r.name}, &generated::{r.name}_resources}},'
             for i, r in enumerate(x for x in rows if x.pass_ == pass_))
 
     table = os.path.join(out, "kernel_table_generated.cpp")

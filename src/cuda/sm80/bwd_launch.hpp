@@ -9,6 +9,7 @@
 #include "cuda/kernel_table.hpp"
 #include "cuda/sm80/bwd_dkdv_kernel.hpp"
 #include "cuda/sm80/bwd_dq_kernel.hpp"
+#include "cuda/sm80/bwd_global_kernel.hpp"
 #include "cuda/sm80/bwd_simt_kernel.hpp"
 #include "cuda/sm80/fwd_launch.hpp"
 
@@ -136,6 +137,28 @@ Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
   finish(p.dv_accum, p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, p.head_dim_v, 1.0f);
   if (Status s = cuda_status(cudaGetLastError(), "gradient conversion"); !s.ok()) return s;
   return backward_epilogue<Element>(p, stream);
+}
+
+// The tensor-core global-accumulator rows: both kernels on grids capped at the CTAs that fit at
+// once, each CTA with its workspace slot.
+template <class Traits, unsigned kFeatures>
+Status launch_backward_gacc(const BwdParams& p, cudaStream_t stream) {
+  using Element = typename Traits::Element;
+  if (Status s = backward_prologue<Element>(p, true, stream); !s.ok()) return s;
+  if (Status s = launch_grid(dkdv_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes,
+                             p.num_kv_blocks, p.kv_grid_ctas, p, stream);
+      !s.ok())
+    return s;
+  if (Status s = launch_grid(dq_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p.num_blocks,
+                             p.grid_ctas, p, stream);
+      !s.ok())
+    return s;
+  return backward_epilogue<Element>(p, stream);
+}
+
+template <class Traits, unsigned kFeatures>
+Status backward_gacc_resources(KernelResources* r) {
+  return resources(dkdv_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
 }
 
 template <class Traits, unsigned kFeatures>

@@ -1,0 +1,98 @@
+// Every row of the compiled kernel table, forced with MEMATTN_KERNEL, on a problem it fits, against
+// the float64 reference: rows that the dispatcher would not pick for the feature cases (a
+// bucket's extra tiles, element-load rows next to aligned ones) are checked too. The problem is
+// read off the row's name: dtype, head-dim bucket (D = the bucket, or an unaligned D for
+// element-load rows, or D = 300 for the any-D rows), and with the row's features (bias and
+// dropout) when it has them. A forced row that does not fit fails the test with the dispatcher's
+// reason. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "memattn/attention.hpp"
+#include "memattn/kernels.hpp"
+#include "support/check.hpp"
+
+namespace memattn::testing {
+namespace {
+
+struct RowCase {
+  std::string row;
+  tools::ProblemSpec spec;
+  bool backward;
+};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, sep);) out.push_back(part);
+  return out;
+}
+
+// Row names: <pass>_sm<family>_<dtype>_d<bucket>_m<M>n<N>w<W>[_gacc]_<vec|elem>_<plain|full>.
+bool row_case(const std::string& name, RowCase* c) {
+  const std::vector<std::string> t = split(name, '_');
+  if (t.size() < 7 || t[3].empty() || t[3][0] != 'd') return false;
+  const std::string& dtype = t[2];
+  const int bucket = std::atoi(t[3].c_str() + 1);
+  const bool element_loads = t[t.size() - 2] == "elem";
+  const bool features = t.back() == "full";
+  constexpr int kAnyHeadDim = 300;  // the any-D rows: beyond every register bucket
+  tools::ProblemSpec& s = c->spec;
+  s.dtype = dtype == "bf16" ? DType::bf16 : dtype == "fp16" ? DType::f16 : DType::f32;
+  s.head_dim = s.head_dim_v = bucket > 256 ? kAnyHeadDim : element_loads ? bucket - 3 : bucket;
+  s.batch = 2;
+  s.seqlen_q = 150;
+  s.seqlen_k = 200;
+  s.heads_q = 4;
+  s.heads_k = 2;
+  if (features) {
+    s.bias = tools::bias_pattern(tools::BiasKind::dense);
+    s.dropout = {0.1, 11, 3};
+    s.mask = Mask::causal(Alignment::bottom_right);
+  } else {
+    s.mask = Mask::causal();
+  }
+  s.backend = Backend::cuda;
+  c->row = name;
+  c->backward = t[0] == "bwd";
+  return true;
+}
+
+std::vector<RowCase> row_cases() {
+  std::vector<RowCase> out;
+  for (const KernelInfo& k : list_kernels(false)) {
+    RowCase c;
+    if (row_case(k.name, &c)) out.push_back(c);
+  }
+  return out;
+}
+
+// Sets an environment variable for the scope of a test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+class CudaRows : public ::testing::TestWithParam<RowCase> {};
+
+TEST_P(CudaRows, MatchesReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const ScopedEnv forced("MEMATTN_KERNEL", GetParam().row);
+  check_case(GetParam().spec, {GetParam().backward});
+}
+
+// A build without CUDA kernels has no rows: nothing to instantiate.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CudaRows);
+INSTANTIATE_TEST_SUITE_P(Table, CudaRows, ::testing::ValuesIn(row_cases()),
+                         [](const ::testing::TestParamInfo<RowCase>& info) { return info.param.row; });
+
+}  // namespace
+}  // namespace memattn::testing
