@@ -22,6 +22,7 @@ struct Need {
   int head_dim;  // max(D, Dv)
   bool bias, dropout;
   bool aligned;  // 16-byte rows and pointers (alignment 8 elements)
+  bool deterministic = false;  // bit-reproducible results asked for (backward)
   int compute_capability;
 };
 
@@ -55,7 +56,9 @@ Need need(const detail::Problem& p, std::initializer_list<const TensorRef*> tens
 Need forward_need(const ForwardArgs& a, const detail::Problem& p) { return need(p, {&a.q, &a.k, &a.v, &a.out}); }
 
 Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
-  return need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
+  Need n = need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
+  n.deterministic = a.deterministic;
+  return n;
 }
 
 // Why a row cannot run a problem; empty when it can.
@@ -69,6 +72,7 @@ std::string misfit(const Row& k, const Need& n) {
   if (k.alignment > 1 && !n.aligned) return "needs head dims, strides and pointers aligned to 8 elements";
   if (n.bias && !k.bias) return "no bias";
   if (n.dropout && !k.dropout) return "no dropout";
+  if (n.deterministic && k.atomics) return "uses atomics (not deterministic)";
   return {};
 }
 
@@ -260,7 +264,14 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   reserve(std::size_t(a.q.sizes[0]) * std::size_t(p.heads_q) * std::size_t(a.q.sizes[1]) * sizeof(float));
   const std::int64_t dbias_accum = p.has_dbias ? plan_dbias_accum(p, a.deterministic, &b) : 0;
   plan->dbias_accum_offset = dbias_accum > 0 ? reserve(std::size_t(dbias_accum) * sizeof(float)) : 0;
-  if (k.accumulator == Accumulator::global && k.math == Math::mma) {
+  const auto grad_accum = [&](GradAccum* g, const TensorRef& t, std::int64_t cols, std::size_t* offset) {
+    g->batch = t.sizes[0], g->rows = t.sizes[1], g->heads = t.sizes[2];
+    g->ld = (cols + kGlobalChunk - 1) / kGlobalChunk * kGlobalChunk;
+    *offset = reserve(std::size_t(g->batch * g->rows * g->heads * g->ld) * sizeof(float));
+  };
+  if (k.atomics) {
+    grad_accum(&b.dq_accum, a.q, p.head_dim, &plan->grad_accum_offset[0]);
+  } else if (k.accumulator == Accumulator::global && k.math == Math::mma) {
     // One slot per resident CTA: dK and dV chunks of a key tile, dQ chunks of a query tile.
     KernelResources r;
     if (Status s = k.resources(&r); !s.ok()) return s;
@@ -273,14 +284,9 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
     plan->slots_offset[0] = reserve(std::size_t(b.kv_grid_ctas * b.dkdv_slot_elems) * sizeof(float));
     plan->slots_offset[1] = reserve(std::size_t(b.grid_ctas * b.dq_slot_elems) * sizeof(float));
   } else if (k.accumulator == Accumulator::global) {
-    const auto accum = [&](GradAccum* g, const TensorRef& t, std::int64_t cols, std::size_t* offset) {
-      g->batch = t.sizes[0], g->rows = t.sizes[1], g->heads = t.sizes[2];
-      g->ld = (cols + kGlobalChunk - 1) / kGlobalChunk * kGlobalChunk;
-      *offset = reserve(std::size_t(g->batch * g->rows * g->heads * g->ld) * sizeof(float));
-    };
-    accum(&b.dq_accum, a.q, p.head_dim, &plan->grad_accum_offset[0]);
-    accum(&b.dk_accum, a.k, p.head_dim, &plan->grad_accum_offset[1]);
-    accum(&b.dv_accum, a.v, p.head_dim_v, &plan->grad_accum_offset[2]);
+    grad_accum(&b.dq_accum, a.q, p.head_dim, &plan->grad_accum_offset[0]);
+    grad_accum(&b.dk_accum, a.k, p.head_dim, &plan->grad_accum_offset[1]);
+    grad_accum(&b.dv_accum, a.v, p.head_dim_v, &plan->grad_accum_offset[2]);
   }
   plan->workspace_bytes = bytes;
   return Status::Ok();
@@ -360,7 +366,9 @@ Status backward(const BackwardArgs& args, const detail::Problem& p) {
   BwdParams& b = plan.params;
   b.delta = reinterpret_cast<float*>(base);
   if (plan.dbias_accum_offset) b.dbias_accum = reinterpret_cast<float*>(base + plan.dbias_accum_offset);
-  if (plan.kernel->accumulator == Accumulator::global && plan.kernel->math == Math::mma) {
+  if (plan.kernel->atomics) {
+    b.dq_accum.data = reinterpret_cast<float*>(base + plan.grad_accum_offset[0]);
+  } else if (plan.kernel->accumulator == Accumulator::global && plan.kernel->math == Math::mma) {
     b.dkdv_slots = reinterpret_cast<float*>(base + plan.slots_offset[0]);
     b.dq_slots = reinterpret_cast<float*>(base + plan.slots_offset[1]);
   } else if (plan.kernel->accumulator == Accumulator::global) {
@@ -422,7 +430,7 @@ std::string describe(const KernelRow<Params>& k) {
          to_string(k.warps) + " warps, " + to_string(k.math) + ", accumulator in " + to_string(k.accumulator) +
          ", alignment " +
          to_string(k.alignment) + (k.bias ? ", bias" : "") + (k.dropout ? ", dropout" : "") +
-         (k.experimental ? ", experimental" : "") + ", priority " + to_string(k.priority) + ")";
+         (k.atomics ? ", atomics" : "") + (k.experimental ? ", experimental" : "") + ", priority " + to_string(k.priority) + ")";
 }
 
 }  // namespace memattn::cuda

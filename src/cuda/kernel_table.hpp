@@ -40,7 +40,8 @@ struct KernelRow {
   Math math;
   int alignment;  // elements: 8 = 16-byte rows and pointers needed, 1 = any
   bool bias, dropout;
-  bool experimental;  // tried after every other row: chosen only when forced (MEMATTN_KERNEL)
+  bool atomics;       // accumulates with atomics: not bit-reproducible (never with `deterministic`)
+  bool experimental;  // not yet verified on a GPU: chosen only when forced (MEMATTN_KERNEL)
   int priority;       // lower is tried first
   Status (*launch)(const Params&, cudaStream_t);
   Status (*resources)(KernelResources*);

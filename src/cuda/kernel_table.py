@@ -46,6 +46,9 @@ ELEMENT_TYPES = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t"}
 # buckets above 128 do not fit in registers with this design.
 SM80_BACKWARD_BUCKETS = (32, 64, 96, 128)
 SM80_BACKWARD_TILE = (64, 64, 4)
+# Buckets with one-kernel rows: the dK/dV kernel adds dQ with fp32 atomics (no dQ kernel, not
+# deterministic). Experimental until verified on a GPU.
+SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # Backward rows for everything else (fp32, head dims above 128, any dtype): FFMA on 64 x 64 tiles
 # with the gradients accumulated in a global fp32 workspace.
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
@@ -72,6 +75,7 @@ class Row:
     variant: int = 0  # 0: the bucket's default tile; 1, 2, ...: SM80_EXTRA_TILES
     math: str = "mma"  # "mma" (tensor cores) or "ffma" (CUDA cores)
     experimental: bool = False  # not yet verified on a GPU: chosen only when forced (MEMATTN_KERNEL)
+    atomics: bool = False  # backward: dQ added with fp32 atomics by the dK/dV kernel (not deterministic)
 
     @property
     def features(self):
@@ -82,14 +86,15 @@ class Row:
         loads = "vec" if self.loads == "vector16" else "elem"
         acc = "" if self.accumulator == "registers" else "_gacc"
         math = "_ffma" if self.math == "ffma" else ""
+        atomics = "_atomic" if self.atomics else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
-                f"w{self.warps}{acc}{math}_{loads}_{self.features}")
+                f"w{self.warps}{acc}{math}{atomics}_{loads}_{self.features}")
 
     def sort_key(self):
         # Newer family first; then the smallest bucket that fits; aligned loads before element
         # loads; kernels without feature code before those with it.
         return (self.experimental, -self.family, self.accumulator != "registers", self.head_dim,
-                self.loads != "vector16", self.features != "plain", self.variant)
+                self.loads != "vector16", self.features != "plain", self.atomics, self.variant)
 
 
 def all_rows():
@@ -123,6 +128,14 @@ def backward_rows():
     bm, bn, warps = SM80_BACKWARD_GLOBAL_TILE
     for dtype in ("bf16", "fp16", "fp32"):
         rows.append(Row(80, "bwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", "element", True, True, math="ffma"))
+    # One-kernel rows (dQ by atomics), experimental: the buckets the suite measures.
+    bm, bn, warps = SM80_BACKWARD_TILE
+    for dtype in ("bf16", "fp16"):
+        for head_dim in SM80_BACKWARD_ATOMIC_BUCKETS:
+            for features in ("plain", "full"):
+                full = features == "full"
+                rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", full, full,
+                                atomics=True, experimental=True))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):
@@ -135,7 +148,7 @@ def reduced(rows):
     """One row per kernel kind (family, pass, fp32 or not, accumulator, loads, features), smallest head dim first."""
     seen, out = set(), []
     for r in sorted(rows, key=lambda r: (r.head_dim, r.dtype)):
-        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.loads, r.features)
+        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.loads, r.features)
         if kind not in seen and r.variant == 0:
             seen.add(kind)
             out.append(r)
@@ -178,7 +191,8 @@ def generate(rows, out):
         path = os.path.join(out, f"{r.name}.cu")
         if r.pass_ == "bwd":
             header, params = "cuda/sm80/bwd_launch.hpp", "BwdParams"
-            suffix = "" if r.accumulator == "registers" else "_global" if r.math == "ffma" else "_gacc"
+            suffix = ("_atomic" if r.atomics else "" if r.accumulator == "registers" else "_global" if r.math == "ffma"
+                      else "_gacc")
             launch, resources = f"launch_backward{suffix}", f"backward{suffix}_resources"
         else:
             header, params = "cuda/sm80/fwd_launch.hpp", "FwdParams"
@@ -206,7 +220,8 @@ Status {r.name}_resources(KernelResources* r) {{ return sm80::{resources}<{templ
         return "\n".join(
             f'      {{"{r.name}", Family::sm{r.family}, {CPP_DTYPE[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, '
             f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {8 if r.loads == "vector16" else 1}, '
-            f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.experimental).lower()}, {i}, '
+            f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.atomics).lower()}, '
+            f'{str(r.experimental).lower()}, {i}, '
             f'&generated::{r.name}, &generated::{r.name}_resources}},'
             for i, r in enumerate(x for x in rows if x.pass_ == pass_))
 

@@ -139,6 +139,35 @@ Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
   return backward_epilogue<Element>(p, stream);
 }
 
+// The one-kernel rows: dK/dV as above, dQ added to an fp32 workspace with atomics by the same
+// kernel (no dQ kernel), then converted.
+template <class DqTraits, class DkdvTraits, unsigned kFeatures>
+Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
+  using Element = typename DkdvTraits::Element;
+  if (Status s = backward_prologue<Element>(p, true, stream); !s.ok()) return s;
+  const GradAccum& g = p.dq_accum;
+  if (Status s = cuda_status(cudaMemsetAsync(g.data, 0, std::size_t(g.batch * g.rows * g.heads * g.ld) * sizeof(float), stream),
+                             "dQ workspace");
+      !s.ok())
+    return s;
+  if (Status s = launch_grid(dkdv_kernel<DkdvTraits, kFeatures, DqWrite::atomic>, DkdvTraits::kThreads,
+                             DkdvSmem<DkdvTraits, DqWrite::atomic>::kBytes, p.num_kv_blocks, 0, p, stream);
+      !s.ok())
+    return s;
+  const std::int64_t n = g.batch * g.rows * g.heads * p.head_dim;
+  if (n > 0)
+    finish_gradient_kernel<Element><<<elementwise_grid(n, 256), 256, 0, stream>>>(
+        g, static_cast<Element*>(p.dq), p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim, p.scale);
+  if (Status s = cuda_status(cudaGetLastError(), "dQ conversion"); !s.ok()) return s;
+  return backward_epilogue<Element>(p, stream);
+}
+
+template <class DqTraits, class DkdvTraits, unsigned kFeatures>
+Status backward_atomic_resources(KernelResources* r) {
+  return resources(dkdv_kernel<DkdvTraits, kFeatures, DqWrite::atomic>, DkdvTraits::kThreads,
+                   DkdvSmem<DkdvTraits, DqWrite::atomic>::kBytes, r);
+}
+
 // The tensor-core global-accumulator rows: both kernels on grids capped at the CTAs that fit at
 // once, each CTA with its workspace slot.
 template <class Traits, unsigned kFeatures>

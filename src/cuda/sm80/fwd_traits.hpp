@@ -40,6 +40,14 @@ struct FwdTraits {
   // V read as the B operand of P V: the same bytes viewed as [head dim x keys].
   using SmemLayoutVt =
       decltype(composition(SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+  // The tile held as kBlockM rows read transposed ([head dim x kBlockM]), e.g. K as the B operand
+  // of dQ = dS K in the backward's dK/dV kernel.
+  using SmemLayoutQt =
+      decltype(composition(SmemLayoutQ{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
+  // A kBlockM x kBlockN tile of scores (the backward's dS^T), and the same bytes viewed transposed.
+  using SmemLayoutScores = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  using SmemLayoutScoresT =
+      decltype(composition(SmemLayoutScores{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
 
   // Warps stack along the queries; each MMA atom is m16n8k16 with fp32 accumulation.
   using MmaOp = std::conditional_t<std::is_same_v<Element, cute::bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
