@@ -7,13 +7,14 @@ priority. This script writes one translation unit per row plus kernel_table_gene
 table the dispatcher walks, in priority order), and prints the generated file names.
 
   kernel_table.py --out DIR [--families 80,90] [--dtypes bf16,fp16] [--head-dims 64,128|all]
-                  [--set all|reduced] [--list]
+                  [--set all|reduced] [--filter REGEX] [--list]
 
 --set reduced keeps one row per (family, accumulator, loads) kind so that every kernel family
 compiles quickly (CI); --list prints the rows instead of writing files.
 """
 import argparse
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -261,6 +262,7 @@ def main():
     ap.add_argument("--dtypes", default="bf16,fp16,fp32")
     ap.add_argument("--head-dims", default="all")
     ap.add_argument("--set", choices=("all", "reduced"), default="all")
+    ap.add_argument("--filter", default="", help="keep only rows whose name matches this regular expression")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     split = lambda s: [x for x in s.replace(";", ",").split(",") if x]
@@ -273,6 +275,8 @@ def main():
         rows = [r for r in rows if r.head_dim in keep or r.accumulator == "global"]
     if args.set == "reduced":
         rows = reduced(rows)
+    if args.filter:
+        rows = [r for r in rows if re.search(args.filter, r.name)]
     rows.sort(key=lambda r: (r.pass_,) + r.sort_key())
     if args.list:
         for i, r in enumerate(rows):
