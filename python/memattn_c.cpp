@@ -46,7 +46,6 @@ memattn::Backend parse_backend(const std::string& name) {
   if (name == "cpu") return memattn::Backend::cpu;
   if (name == "cuda") return memattn::Backend::cuda;
   if (name == "reference") return memattn::Backend::reference;
-  if (name == "automatic") return memattn::Backend::automatic;
   throw py::value_error("memattn: unknown backend " + name);
 }
 
@@ -78,7 +77,7 @@ struct Settings {
 };
 
 Settings settings(const py::dict& s) {
-  return {s.contains("backend") ? parse_backend(s["backend"].cast<std::string>()) : memattn::Backend::automatic,
+  return {parse_backend(s["backend"].cast<std::string>()),
           s["window_left"].cast<std::int64_t>(),    s["window_right"].cast<std::int64_t>(),
           s["bottom_right"].cast<bool>(),           s["dropout_p"].cast<double>(),
           s["seed"].cast<std::uint64_t>(),          s["offset"].cast<std::uint64_t>(),

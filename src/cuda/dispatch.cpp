@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <mutex>
+#include <utility>
 #include <string>
 
 #include "cuda/backend.hpp"
@@ -161,11 +163,25 @@ FwdParams forward_params(const Args& a, const detail::Problem& p, int block_m) {
 
 Status unsupported(std::string why) { return {StatusCode::unsupported, std::move(why)}; }
 
-int multiprocessors() {
+// CTAs of a row that fit on the current GPU at once. Plans run on every call and the occupancy
+// query is not free, so the answer is kept per row and device.
+template <class Row>
+Status resident_ctas(const Row& k, std::int64_t* ctas) {
+  static std::mutex mutex;
+  static std::map<std::pair<const Row*, int>, std::int64_t> cache;
   int device = 0, sms = 0;
   cudaGetDevice(&device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = cache.find({&k, device}); it != cache.end()) {
+    *ctas = it->second;
+    return Status::Ok();
+  }
+  KernelResources r;
+  if (Status s = k.resources(&r); !s.ok()) return s;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  return sms;
+  *ctas = std::int64_t(sms) * std::max(1, r.blocks_per_sm);
+  cache[{&k, device}] = *ctas;
+  return Status::Ok();
 }
 
 // A forward ready to launch: the row, its parameters, and the workspace it needs.
@@ -185,10 +201,10 @@ Status plan_forward(const ForwardArgs& args, const detail::Problem& p, ForwardPl
   if (plan->kernel->accumulator != Accumulator::global) return Status::Ok();
   // One workspace slot (the output accumulator of one query tile) per resident CTA; the CTAs
   // take the work items in turn.
-  KernelResources r;
-  if (Status s = plan->kernel->resources(&r); !s.ok()) return s;
+  std::int64_t resident = 0;
+  if (Status s = resident_ctas(*plan->kernel, &resident); !s.ok()) return s;
   FwdParams& f = plan->params;
-  f.grid_ctas = std::min<std::int64_t>(f.num_blocks, std::int64_t(multiprocessors()) * std::max(1, r.blocks_per_sm));
+  f.grid_ctas = std::min(f.num_blocks, resident);
   f.o_accum_slot_elems =
       std::int64_t(plan->kernel->block_m) * ((p.head_dim_v + kGlobalChunk - 1) / kGlobalChunk) * kGlobalChunk;
   plan->workspace_bytes = std::size_t(f.grid_ctas) * std::size_t(f.o_accum_slot_elems) * sizeof(float);
@@ -273,9 +289,8 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
     grad_accum(&b.dq_accum, a.q, p.head_dim, &plan->grad_accum_offset[0]);
   } else if (k.accumulator == Accumulator::global && k.math == Math::mma) {
     // One slot per resident CTA: dK and dV chunks of a key tile, dQ chunks of a query tile.
-    KernelResources r;
-    if (Status s = k.resources(&r); !s.ok()) return s;
-    const std::int64_t resident = std::int64_t(multiprocessors()) * std::max(1, r.blocks_per_sm);
+    std::int64_t resident = 0;
+    if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
     const auto chunks = [](std::int64_t d) { return (d + kGlobalChunk - 1) / kGlobalChunk; };
     b.kv_grid_ctas = std::min(b.num_kv_blocks, resident);
     b.grid_ctas = std::min(b.num_blocks, resident);

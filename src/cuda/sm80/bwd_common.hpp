@@ -17,6 +17,12 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
+// Row (b, row, h) of a gradient's fp32 workspace; the next row of the same head is
+// g.heads * g.ld floats further.
+__device__ __forceinline__ float* accum_row(const GradAccum& g, std::int64_t b, std::int64_t row, int h) {
+  return g.data + ((b * g.rows + row) * g.heads + h) * g.ld;
+}
+
 // delta[b][h][row] = sum over the value dim of dO * O, one warp per (tensor batch, row, head).
 template <class Element>
 __global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdParams p) {

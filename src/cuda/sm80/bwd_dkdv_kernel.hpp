@@ -59,9 +59,8 @@ __device__ __forceinline__ void add_dq_atomic(const BwdParams& p, const TiledMma
   copy(at_copy, at_thr.partition_S(sdS), at_thr.retile_D(rdS));
   const auto chunk_shape = make_shape(Int<kQueries>{}, Int<kDqChunk>{});
   Tensor coord = thr_mma.partition_C(make_identity_tensor(chunk_shape));  // (query, column in chunk)
-  const GradAccum& g = p.dq_accum;
-  float* base = g.data + (batch * g.rows + q_row) * g.heads * g.ld + std::int64_t(h) * g.ld;
-  const std::int64_t row_ld = g.heads * g.ld;
+  float* base = accum_row(p.dq_accum, batch, q_row, h);
+  const std::int64_t row_ld = p.dq_accum.heads * p.dq_accum.ld;
   CUTE_UNROLL
   for (int c0 = 0; c0 < kHeadDim; c0 += kDqChunk) {
     if (c0 >= p.head_dim) break;

@@ -61,6 +61,29 @@ struct ChunkStages {
   }
 };
 
+// The kStages-deep cp.async pipeline of a CTA's jobs: issue(job) loads job's chunks into stage
+// job % kStages (and commits a group, empty past the last job); next(job) waits for job's stage
+// and refills the stage the previous job used.
+template <int kStages, class Issue>
+struct ChunkPipeline {
+  Issue issue;
+  __device__ void start() {
+    CUTE_UNROLL
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
+  }
+  __device__ int next(int job) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // job's stage landed; everyone is done with the stage about to be refilled
+    issue(job + kStages - 1);
+    return job % kStages;
+  }
+};
+
+template <int kStages, class Issue>
+__device__ ChunkPipeline<kStages, Issue> make_pipeline(Issue issue) {
+  return {issue};
+}
+
 // cp.async of one 64 x 64 chunk of a row-major matrix (rows < rows, columns < cols; zeros beyond).
 template <class Traits, class SmemTile>
 __device__ __forceinline__ void load_chunk(const typename Traits::Element* src, std::int64_t row_stride, int rows,
@@ -72,45 +95,6 @@ __device__ __forceinline__ void load_chunk(const typename Traits::Element* src, 
   Tensor g = cute::make_tensor(make_gmem_ptr(src), shape, make_stride(row_stride, _1{}));
   copy_predicated(load, thr.partition_S(g), thr.partition_D(dst), thr.partition_S(make_identity_tensor(shape)), rows,
                   cols);
-}
-
-// acc += A B^T with both operands in shared memory (ldmatrix).
-template <class Traits, class TiledMma, class SmemA, class SmemB, class Acc>
-__device__ __forceinline__ void gemm_smem(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc) {
-  auto thr_mma = mma.get_thread_slice(threadIdx.x);
-  Tensor rA = thr_mma.partition_fragment_A(sA);
-  Tensor rB = thr_mma.partition_fragment_B(sB);
-  auto a_copy = make_tiled_copy_A(typename Traits::SmemToRegAtom{}, mma);
-  auto b_copy = make_tiled_copy_B(typename Traits::SmemToRegAtom{}, mma);
-  auto a_thr = a_copy.get_thread_slice(threadIdx.x);
-  auto b_thr = b_copy.get_thread_slice(threadIdx.x);
-  Tensor sA_s2r = a_thr.partition_S(sA);
-  Tensor sB_s2r = b_thr.partition_S(sB);
-  Tensor rA_view = a_thr.retile_D(rA);
-  Tensor rB_view = b_thr.retile_D(rB);
-  CUTE_UNROLL
-  for (int kk = 0; kk < size<2>(rA); ++kk) {
-    copy(a_copy, sA_s2r(_, _, kk), rA_view(_, _, kk));
-    copy(b_copy, sB_s2r(_, _, kk), rB_view(_, _, kk));
-    gemm(mma, rA(_, _, kk), rB(_, _, kk), acc);
-  }
-}
-
-// acc += A B with A a register fragment (an accumulator reused as the A operand) and B read
-// transposed from shared memory (ldmatrix.trans).
-template <class Traits, class TiledMma, class RegA, class SmemBt, class Acc>
-__device__ __forceinline__ void gemm_reg_smem(const TiledMma& mma, const RegA& rA, const SmemBt& sBt, Acc& acc) {
-  auto thr_mma = mma.get_thread_slice(threadIdx.x);
-  Tensor rB = thr_mma.partition_fragment_B(sBt);
-  auto bt_copy = make_tiled_copy_B(typename Traits::SmemToRegAtomTransposed{}, mma);
-  auto bt_thr = bt_copy.get_thread_slice(threadIdx.x);
-  Tensor sB_s2r = bt_thr.partition_S(sBt);
-  Tensor rB_view = bt_thr.retile_D(rB);
-  CUTE_UNROLL
-  for (int kk = 0; kk < size<2>(rA); ++kk) {
-    copy(bt_copy, sB_s2r(_, _, kk), rB_view(_, _, kk));
-    gemm(mma, rA(_, _, kk), rB(_, _, kk), acc);
-  }
 }
 
 // The gradient chunks of a slot, converted (times scale) and stored: rows < rows, columns < cols.
@@ -211,14 +195,8 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
     }
     cp_async_fence();  // an empty group past the end keeps the wait counts uniform
   };
-  CUTE_UNROLL
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
-  const auto next_stage = [&](int job) {  // waits for job's stage, refills the one freed before it
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    issue(job + kStages - 1);
-    return job % kStages;
-  };
+  auto pipeline = make_pipeline<kStages>(issue);
+  pipeline.start();
 
   typename Traits::TiledMma mma;
   auto thr_mma = mma.get_thread_slice(threadIdx.x);
@@ -241,11 +219,11 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
     clear(acc_st);
     clear(acc_dpt);
     for (int c = 0; c < qc; ++c, ++job) {
-      const int s = next_stage(job);
+      const int s = pipeline.next(job);
       gemm_smem<Traits>(mma, stages.a(s), stages.b(s), acc_st);
     }
     for (int c = 0; c < vc; ++c, ++job) {
-      const int s = next_stage(job);
+      const int s = pipeline.next(job);
       gemm_smem<Traits>(mma, stages.a(s), stages.b(s), acc_dpt);
     }
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
@@ -256,12 +234,12 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
     Tensor rPt = cute::make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
     Tensor rdSt = cute::make_tensor(ds_frag.data(), acc_as_a_operand(ds_frag.layout()));
     for (int c = 0; c < vc; ++c, ++job) {
-      const int s = next_stage(job);
+      const int s = pipeline.next(job);
       accumulate_chunk_global<Traits>(mma, dv_slot + std::int64_t(c) * Traits::kChunkFloats, t == 0, rPt,
                                       stages.bt(s), acc);
     }
     for (int c = 0; c < qc; ++c, ++job) {
-      const int s = next_stage(job);
+      const int s = pipeline.next(job);
       accumulate_chunk_global<Traits>(mma, dk_slot + std::int64_t(c) * Traits::kChunkFloats, t == 0, rdSt,
                                       stages.bt(s), acc);
     }
@@ -331,16 +309,10 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
         load_chunk<Traits>(k_ptr + n0 * p.k_row_stride + c0, p.k_row_stride, keys, p.head_dim - c0, stages.b(s));
       }
     }
-    cp_async_fence();
+    cp_async_fence();  // an empty group past the end keeps the wait counts uniform
   };
-  CUTE_UNROLL
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
-  const auto next_stage = [&](int job) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    issue(job + kStages - 1);
-    return job % kStages;
-  };
+  auto pipeline = make_pipeline<kStages>(issue);
+  pipeline.start();
 
   typename Traits::TiledMma mma;
   auto thr_mma = mma.get_thread_slice(threadIdx.x);
@@ -356,11 +328,11 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
     clear(acc_s);
     clear(acc_dp);
     for (int c = 0; c < qc; ++c, ++job) {
-      const int s = next_stage(job);
+      const int s = pipeline.next(job);
       gemm_smem<Traits>(mma, stages.a(s), stages.b(s), acc_s);
     }
     for (int c = 0; c < vc; ++c, ++job) {
-      const int s = next_stage(job);
+      const int s = pipeline.next(job);
       gemm_smem<Traits>(mma, stages.a(s), stages.b(s), acc_dp);
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
@@ -369,7 +341,7 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
     Tensor ds_frag = convert_fragment<Element>(acc_dp);
     Tensor rdS = cute::make_tensor(ds_frag.data(), acc_as_a_operand(ds_frag.layout()));
     for (int c = 0; c < qc; ++c, ++job) {
-      const int s = next_stage(job);
+      const int s = pipeline.next(job);
       accumulate_chunk_global<Traits>(mma, slot + std::int64_t(c) * Traits::kChunkFloats, t == 0, rdS, stages.bt(s),
                                       acc);
     }

@@ -62,6 +62,21 @@ inline unsigned elementwise_grid(std::int64_t items, int per_block) {
   return unsigned(std::min<std::int64_t>((items + per_block - 1) / per_block, 65536));
 }
 
+inline Status clear_accum(const GradAccum& g, const char* what, cudaStream_t stream) {
+  const std::size_t bytes = std::size_t(g.batch * g.rows * g.heads * g.ld) * sizeof(float);
+  return cuda_status(cudaMemsetAsync(g.data, 0, bytes, stream), what);
+}
+
+// A gradient (out with its strides, `cols` columns) = scale * its fp32 workspace.
+template <class Element>
+void finish_gradient(const GradAccum& g, void* out, std::int64_t batch_stride, std::int64_t row_stride,
+                     std::int64_t head_stride, int cols, float scale, cudaStream_t stream) {
+  const std::int64_t n = g.batch * g.rows * g.heads * cols;
+  if (n > 0)
+    finish_gradient_kernel<Element><<<elementwise_grid(n, 256), 256, 0, stream>>>(
+        g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
+}
+
 // Before the gradient kernels: delta, then dbias (or its workspace) zeroed and, for the register
 // rows, zero gradients for keys past seqused_k.
 template <class Element>
@@ -113,10 +128,8 @@ template <class Traits, unsigned kFeatures>
 Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
   if (Status s = backward_prologue<Element>(p, false, stream); !s.ok()) return s;
-  for (const GradAccum* g : {&p.dq_accum, &p.dk_accum, &p.dv_accum}) {
-    const std::size_t bytes = std::size_t(g->batch * g->rows * g->heads * g->ld) * sizeof(float);
-    if (Status s = cuda_status(cudaMemsetAsync(g->data, 0, bytes, stream), "gradient workspace"); !s.ok()) return s;
-  }
+  for (const GradAccum* g : {&p.dq_accum, &p.dk_accum, &p.dv_accum})
+    if (Status s = clear_accum(*g, "gradient workspace", stream); !s.ok()) return s;
   if (Status s = launch_grid(dkdv_simt_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p.num_kv_blocks,
                              0, p, stream);
       !s.ok())
@@ -125,16 +138,12 @@ Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
                              p, stream);
       !s.ok())
     return s;
-  const auto finish = [&](const GradAccum& g, void* out, std::int64_t sb, std::int64_t sr, std::int64_t sh, int cols,
-                          float scale) {
-    const std::int64_t n = g.batch * g.rows * g.heads * cols;
-    if (n > 0)
-      finish_gradient_kernel<Element>
-          <<<elementwise_grid(n, 256), 256, 0, stream>>>(g, static_cast<Element*>(out), sb, sr, sh, cols, scale);
-  };
-  finish(p.dq_accum, p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim, p.scale);
-  finish(p.dk_accum, p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, p.head_dim, p.scale);
-  finish(p.dv_accum, p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, p.head_dim_v, 1.0f);
+  finish_gradient<Element>(p.dq_accum, p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim,
+                           p.scale, stream);
+  finish_gradient<Element>(p.dk_accum, p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, p.head_dim,
+                           p.scale, stream);
+  finish_gradient<Element>(p.dv_accum, p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, p.head_dim_v,
+                           1.0f, stream);
   if (Status s = cuda_status(cudaGetLastError(), "gradient conversion"); !s.ok()) return s;
   return backward_epilogue<Element>(p, stream);
 }
@@ -145,19 +154,13 @@ template <class DqTraits, class DkdvTraits, unsigned kFeatures>
 Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
   using Element = typename DkdvTraits::Element;
   if (Status s = backward_prologue<Element>(p, true, stream); !s.ok()) return s;
-  const GradAccum& g = p.dq_accum;
-  if (Status s = cuda_status(cudaMemsetAsync(g.data, 0, std::size_t(g.batch * g.rows * g.heads * g.ld) * sizeof(float), stream),
-                             "dQ workspace");
-      !s.ok())
-    return s;
+  if (Status s = clear_accum(p.dq_accum, "dQ workspace", stream); !s.ok()) return s;
   if (Status s = launch_grid(dkdv_kernel<DkdvTraits, kFeatures, DqWrite::atomic>, DkdvTraits::kThreads,
                              DkdvSmem<DkdvTraits, DqWrite::atomic>::kBytes, p.num_kv_blocks, 0, p, stream);
       !s.ok())
     return s;
-  const std::int64_t n = g.batch * g.rows * g.heads * p.head_dim;
-  if (n > 0)
-    finish_gradient_kernel<Element><<<elementwise_grid(n, 256), 256, 0, stream>>>(
-        g, static_cast<Element*>(p.dq), p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim, p.scale);
+  finish_gradient<Element>(p.dq_accum, p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim,
+                           p.scale, stream);
   if (Status s = cuda_status(cudaGetLastError(), "dQ conversion"); !s.ok()) return s;
   return backward_epilogue<Element>(p, stream);
 }

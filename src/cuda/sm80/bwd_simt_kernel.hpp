@@ -91,11 +91,6 @@ __device__ __forceinline__ void accumulate_rows(float* accum, std::int64_t accum
   }
 }
 
-// Row (b, row, h) of a gradient's workspace.
-__device__ __forceinline__ float* accum_row(const GradAccum& g, std::int64_t b, std::int64_t row, int h) {
-  return g.data + ((b * g.rows + row) * g.heads + h) * g.ld;
-}
-
 template <class Tile>
 __device__ __forceinline__ void store_tile_rows(float* sT, const Tile& s, int tx, int ty, int ld) {
   CUTE_UNROLL

@@ -72,4 +72,44 @@ __device__ __forceinline__ auto convert_fragment(const Tensor& t) {
   return out;
 }
 
+// One tile GEMM with shared-memory operands through ldmatrix (Traits gives the copy atoms):
+// acc += A B^T.
+template <class Traits, class TiledMma, class SmemA, class SmemB, class Acc>
+__device__ __forceinline__ void gemm_smem(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc) {
+  auto thr_mma = mma.get_thread_slice(threadIdx.x);
+  Tensor rA = thr_mma.partition_fragment_A(sA);
+  Tensor rB = thr_mma.partition_fragment_B(sB);
+  auto a_copy = make_tiled_copy_A(typename Traits::SmemToRegAtom{}, mma);
+  auto b_copy = make_tiled_copy_B(typename Traits::SmemToRegAtom{}, mma);
+  auto a_thr = a_copy.get_thread_slice(threadIdx.x);
+  auto b_thr = b_copy.get_thread_slice(threadIdx.x);
+  Tensor sA_s2r = a_thr.partition_S(sA);
+  Tensor sB_s2r = b_thr.partition_S(sB);
+  Tensor rA_view = a_thr.retile_D(rA);
+  Tensor rB_view = b_thr.retile_D(rB);
+  CUTE_UNROLL
+  for (int kk = 0; kk < size<2>(rA); ++kk) {
+    copy(a_copy, sA_s2r(_, _, kk), rA_view(_, _, kk));
+    copy(b_copy, sB_s2r(_, _, kk), rB_view(_, _, kk));
+    gemm(mma, rA(_, _, kk), rB(_, _, kk), acc);
+  }
+}
+
+// acc += A B with A a register fragment (an accumulator reused as the A operand) and B read
+// transposed from shared memory (ldmatrix.trans).
+template <class Traits, class TiledMma, class RegA, class SmemBt, class Acc>
+__device__ __forceinline__ void gemm_reg_smem(const TiledMma& mma, const RegA& rA, const SmemBt& sBt, Acc& acc) {
+  auto thr_mma = mma.get_thread_slice(threadIdx.x);
+  Tensor rB = thr_mma.partition_fragment_B(sBt);
+  auto bt_copy = make_tiled_copy_B(typename Traits::SmemToRegAtomTransposed{}, mma);
+  auto bt_thr = bt_copy.get_thread_slice(threadIdx.x);
+  Tensor sB_s2r = bt_thr.partition_S(sBt);
+  Tensor rB_view = bt_thr.retile_D(rB);
+  CUTE_UNROLL
+  for (int kk = 0; kk < size<2>(rA); ++kk) {
+    copy(bt_copy, sB_s2r(_, _, kk), rB_view(_, _, kk));
+    gemm(mma, rA(_, _, kk), rB(_, _, kk), acc);
+  }
+}
+
 }  // namespace memattn::cuda::sm80
