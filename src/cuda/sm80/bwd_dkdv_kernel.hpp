@@ -6,8 +6,7 @@
 // dV += (P Z)^T dO and dK += dS^T Q (with Q and dO read transposed by ldmatrix.trans): the
 // forward's building blocks with the roles of queries and keys swapped. The traits are the
 // forward's with kBlockM = keys per CTA and kBlockN = queries per step. A CTA owns its dK and dV
-// rows and sums the group's heads itself: no atomics, deterministic. Q and dO tiles are double
-// buffered: the next tile's cp.async loads run under this tile's math.
+// rows and sums the group's heads itself: no atomics, deterministic.
 //
 // With DqWrite::atomic the kernel also computes dQ += dS K for each tile (dS^T goes through shared
 // memory to be read back transposed) and adds it to an fp32 workspace with atomics, 32 head-dim
@@ -36,21 +35,9 @@ enum class DqWrite { own_kernel, atomic };
 template <class Traits, DqWrite kDq = DqWrite::own_kernel>
 struct DkdvSmem {
   static constexpr int kScoreElems = kDq == DqWrite::atomic ? int(cosize_v<typename Traits::SmemLayoutScores>) : 0;
-  // K and V, then Q and dO in two stages each (the next query tile loads during this one's math).
-  static constexpr int kStages = 2;
-  static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * kStages * Traits::kSmemElemsKV + kScoreElems;
+  static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * Traits::kSmemElemsKV + kScoreElems;
   static constexpr int kBytes = kElems * int(sizeof(typename Traits::Element)) + 2 * Traits::kBlockN * 4;
 };
-
-// Adds a to dst[0] and b to dst[1] of an fp32 workspace; dst is 8-byte aligned.
-__device__ __forceinline__ void atomic_add_pair(float* dst, float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
-#else
-  atomicAdd(dst, a);
-  atomicAdd(dst + 1, b);
-#endif
-}
 
 // dQ (rows m0.., head h) += dS K, with dS^T (keys x queries) in sdSt and K in sK, in chunks of
 // kDqChunk head-dim columns, each chunk's fp32 accumulator added to the workspace with atomics.
@@ -83,21 +70,10 @@ __device__ __forceinline__ void add_dq_atomic(const BwdParams& p, const TiledMma
     Tensor acc = partition_fragment_C(mma, chunk_shape);
     clear(acc);
     gemm(mma, rdS, rB, acc);
-    // An MMA C fragment holds pairs of adjacent columns of one row (values 2i and 2i+1): one
-    // 8-byte atomic per pair halves the atomics and fills each 32-byte sector they touch. (The
-    // workspace's row strides are multiples of 64 floats, so even columns are 8-byte aligned.)
-    static_assert(decltype(size(acc))::value % 2 == 0);
     CUTE_UNROLL
-    for (int e = 0; e < size(acc); e += 2) {
-      const int row0 = get<0>(coord(e)), col0 = c0 + get<1>(coord(e));
-      const int row1 = get<0>(coord(e + 1)), col1 = c0 + get<1>(coord(e + 1));
-      const bool in0 = row0 < rows && col0 < p.head_dim, in1 = row1 < rows && col1 < p.head_dim;
-      if (in0 && in1 && row1 == row0 && col1 == col0 + 1 && col0 % 2 == 0) {
-        atomic_add_pair(base + row0 * row_ld + col0, acc(e), acc(e + 1));
-        continue;
-      }
-      if (in0) atomicAdd(base + row0 * row_ld + col0, acc(e));
-      if (in1) atomicAdd(base + row1 * row_ld + col1, acc(e + 1));
+    for (int e = 0; e < size(acc); ++e) {
+      const int row = get<0>(coord(e)), col = c0 + get<1>(coord(e));
+      if (row < rows && col < p.head_dim) atomicAdd(base + row * row_ld + col, acc(e));
     }
   }
 }
@@ -140,10 +116,9 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
 
   Element* smem_k = reinterpret_cast<Element*>(smem);
   Element* smem_v = smem_k + Traits::kSmemElemsQ;
-  constexpr int kStages = DkdvSmem<Traits, kDq>::kStages;
-  Element* smem_q = smem_v + Traits::kSmemElemsQ;                 // kStages tiles
-  Element* smem_do = smem_q + kStages * Traits::kSmemElemsKV;     // kStages tiles
-  Element* smem_dst = smem_do + kStages * Traits::kSmemElemsKV;   // dS^T (DqWrite::atomic only)
+  Element* smem_q = smem_v + Traits::kSmemElemsQ;
+  Element* smem_do = smem_q + Traits::kSmemElemsKV;
+  Element* smem_dst = smem_do + Traits::kSmemElemsKV;  // dS^T (DqWrite::atomic only)
   float* lse2 = reinterpret_cast<float*>(smem_dst + DkdvSmem<Traits, kDq>::kScoreElems);
   float* delta = lse2 + kQueries;
   Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutQ{});
@@ -181,9 +156,13 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
   Tensor rK_view = a_thr.retile_D(rK);
   Tensor sV_s2r = a_thr.partition_S(sV);
   Tensor rV_view = a_thr.retile_D(rV);
+  Tensor sQ_s2r = b_thr.partition_S(sQ);
   Tensor rQ_view = b_thr.retile_D(rQ);
+  Tensor sdO_s2r = b_thr.partition_S(sdO);
   Tensor rdO_view = b_thr.retile_D(rdO);
+  Tensor sQt_s2r = bt_thr.partition_S(sQt);
   Tensor rQt_view = bt_thr.retile_D(rQt);
+  Tensor sdOt_s2r = bt_thr.partition_S(sdOt);
   Tensor rdOt_view = bt_thr.retile_D(rdOt);
 
   // Coordinates (key, query) of the transposed score tiles.
@@ -193,86 +172,65 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
   clear(acc_dk);
   clear(acc_dv);
 
-  // The query tiles this CTA walks: each head of the kv head's group, then the visible query
-  // blocks. Tile i + 1's Q and dO load (stage (i + 1) % 2) while tile i is computed.
-  const int tiles_per_head = query_end > query_begin ? int((query_end - query_begin + kQueries - 1) / kQueries) : 0;
-  const int num_tiles = tiles_per_head * p.group;
-  const auto load_q_do = [&](int i) {
-    const int h = work.hk * p.group + i / tiles_per_head;
-    const std::int64_t m0 = query_begin + std::int64_t(i % tiles_per_head) * kQueries;
-    const int rows = int(min(std::int64_t(kQueries), seq.q_len - m0));
-    const int stage_offset = (i % kStages) * Traits::kSmemElemsKV;
-    const Element* q_ptr = element_ptr<Element>(
-        p.q, seq.batch * p.q_batch_stride + (seq.q_begin + m0) * p.q_row_stride + h * p.q_head_stride);
-    const Element* do_ptr = element_ptr<Element>(
-        p.dout, seq.batch * p.do_batch_stride + (seq.q_begin + m0) * p.do_row_stride + h * p.do_head_stride);
-    copy_predicated(load, load_thr.partition_S(cute::make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}))),
-                    load_thr.partition_D(cute::make_tensor(make_smem_ptr(smem_q + stage_offset), typename Traits::SmemLayoutKV{})),
-                    tQc, rows, p.head_dim);
-    copy_predicated(load,
-                    load_thr.partition_S(cute::make_tensor(make_gmem_ptr(do_ptr), tile_q, make_stride(p.do_row_stride, _1{}))),
-                    load_thr.partition_D(cute::make_tensor(make_smem_ptr(smem_do + stage_offset), typename Traits::SmemLayoutKV{})),
-                    tQc, rows, p.head_dim_v);
-  };
-  if (num_tiles > 0) load_q_do(0);
-  cp_async_fence();
-
-  for (int i = 0; i < num_tiles; ++i) {
-    const int h = work.hk * p.group + i / tiles_per_head;
+  for (int g = 0; g < p.group; ++g) {
+    const int h = work.hk * p.group + g;
     const std::int64_t q_row0 = seq.q_begin;
-    const std::int64_t m0 = query_begin + std::int64_t(i % tiles_per_head) * kQueries;
-    const int rows = int(min(std::int64_t(kQueries), seq.q_len - m0));
-    __syncthreads();  // tile i - 1's reads of the other stage and of the row statistics are done
-    if (i + 1 < num_tiles) load_q_do(i + 1);
-    cp_async_fence();
-    load_row_stats<kQueries>(p, seq, h, m0, rows, lse2, delta);
-    cp_async_wait<1>();  // everything but tile i + 1's loads
-    __syncthreads();
-    const int stage_offset = (i % kStages) * Traits::kSmemElemsKV;
-    Element* q_stage = smem_q + stage_offset;
-    Element* do_stage = smem_do + stage_offset;
-    Tensor sQ_s2r = b_thr.partition_S(cute::make_tensor(make_smem_ptr(q_stage), typename Traits::SmemLayoutKV{}));
-    Tensor sdO_s2r = b_thr.partition_S(cute::make_tensor(make_smem_ptr(do_stage), typename Traits::SmemLayoutKV{}));
-    Tensor sQt_s2r = bt_thr.partition_S(cute::make_tensor(make_smem_ptr(q_stage), typename Traits::SmemLayoutVt{}));
-    Tensor sdOt_s2r = bt_thr.partition_S(cute::make_tensor(make_smem_ptr(do_stage), typename Traits::SmemLayoutVt{}));
-    Tensor acc_st = partition_fragment_C(mma, make_shape(Int<kKeys>{}, Int<kQueries>{}));
-    Tensor acc_dpt = partition_fragment_C(mma, make_shape(Int<kKeys>{}, Int<kQueries>{}));
-    clear(acc_st);
-    clear(acc_dpt);
-    CUTE_UNROLL
-    for (int kk = 0; kk < size<2>(rK); ++kk) {
-      copy(a_copy, sK_s2r(_, _, kk), rK_view(_, _, kk));
-      copy(b_copy, sQ_s2r(_, _, kk), rQ_view(_, _, kk));
-      gemm(mma, rK(_, _, kk), rQ(_, _, kk), acc_st);
-      copy(a_copy, sV_s2r(_, _, kk), rV_view(_, _, kk));
-      copy(b_copy, sdO_s2r(_, _, kk), rdO_view(_, _, kk));
-      gemm(mma, rV(_, _, kk), rdO(_, _, kk), acc_dpt);
-    }
-    const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
-    const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
-    constexpr bool kAtomicDq = kDq == DqWrite::atomic;  // then this kernel writes dbias too
-    gradient_tile<Element, kFeatures, true, kAtomicDq>(p, rule, origin, masked, acc_st, acc_dpt, tScS, lse2, delta);
-
-    // dV += (P Z)^T dO and dK += dS^T Q, the transposed tiles reused from registers.
-    Tensor p_frag = convert_fragment<Element>(acc_st);
-    Tensor ds_frag = convert_fragment<Element>(acc_dpt);
-    Tensor rPt = cute::make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
-    Tensor rdSt = cute::make_tensor(ds_frag.data(), acc_as_a_operand(ds_frag.layout()));
-    CUTE_UNROLL
-    for (int kk = 0; kk < size<2>(rPt); ++kk) {
-      copy(bt_copy, sdOt_s2r(_, _, kk), rdOt_view(_, _, kk));
-      gemm(mma, rPt(_, _, kk), rdOt(_, _, kk), acc_dv);
-      copy(bt_copy, sQt_s2r(_, _, kk), rQt_view(_, _, kk));
-      gemm(mma, rdSt(_, _, kk), rQt(_, _, kk), acc_dk);
-    }
-    if constexpr (kAtomicDq) {
-      // Everyone is past this tile's first barrier, so the previous tile's dS^T reads are done.
-      Tensor sdSt = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutScores{});
-      auto r2s = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma);
-      auto r2s_thr = r2s.get_thread_slice(tid);
-      copy(r2s, r2s_thr.retile_S(ds_frag), r2s_thr.partition_D(sdSt));
+    for (std::int64_t m0 = query_begin; m0 < query_end; m0 += kQueries) {
+      const int rows = int(min(std::int64_t(kQueries), seq.q_len - m0));
+      const Element* q_ptr = element_ptr<Element>(
+          p.q, seq.batch * p.q_batch_stride + (q_row0 + m0) * p.q_row_stride + h * p.q_head_stride);
+      const Element* do_ptr = element_ptr<Element>(
+          p.dout, seq.batch * p.do_batch_stride + (q_row0 + m0) * p.do_row_stride + h * p.do_head_stride);
+      __syncthreads();  // the previous query tile's reads are done
+      copy_predicated(load, load_thr.partition_S(cute::make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}))),
+                      load_thr.partition_D(sQ), tQc, rows, p.head_dim);
+      copy_predicated(load,
+                      load_thr.partition_S(cute::make_tensor(make_gmem_ptr(do_ptr), tile_q, make_stride(p.do_row_stride, _1{}))),
+                      load_thr.partition_D(sdO), tQc, rows, p.head_dim_v);
+      cp_async_fence();
+      load_row_stats<kQueries>(p, seq, h, m0, rows, lse2, delta);
+      cp_async_wait<0>();
       __syncthreads();
-      add_dq_atomic<Traits>(p, mma, smem_dst, smem_k, seq.batch, q_row0 + m0, h, rows);
+
+      Tensor acc_st = partition_fragment_C(mma, make_shape(Int<kKeys>{}, Int<kQueries>{}));
+      Tensor acc_dpt = partition_fragment_C(mma, make_shape(Int<kKeys>{}, Int<kQueries>{}));
+      clear(acc_st);
+      clear(acc_dpt);
+      CUTE_UNROLL
+      for (int kk = 0; kk < size<2>(rK); ++kk) {
+        copy(a_copy, sK_s2r(_, _, kk), rK_view(_, _, kk));
+        copy(b_copy, sQ_s2r(_, _, kk), rQ_view(_, _, kk));
+        gemm(mma, rK(_, _, kk), rQ(_, _, kk), acc_st);
+        copy(a_copy, sV_s2r(_, _, kk), rV_view(_, _, kk));
+        copy(b_copy, sdO_s2r(_, _, kk), rdO_view(_, _, kk));
+        gemm(mma, rV(_, _, kk), rdO(_, _, kk), acc_dpt);
+      }
+      const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
+      const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
+      constexpr bool kAtomicDq = kDq == DqWrite::atomic;  // then this kernel writes dbias too
+      gradient_tile<Element, kFeatures, true, kAtomicDq>(p, rule, origin, masked, acc_st, acc_dpt, tScS, lse2, delta);
+
+      // dV += (P Z)^T dO and dK += dS^T Q, the transposed tiles reused from registers.
+      Tensor p_frag = convert_fragment<Element>(acc_st);
+      Tensor ds_frag = convert_fragment<Element>(acc_dpt);
+      Tensor rPt = cute::make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
+      Tensor rdSt = cute::make_tensor(ds_frag.data(), acc_as_a_operand(ds_frag.layout()));
+      CUTE_UNROLL
+      for (int kk = 0; kk < size<2>(rPt); ++kk) {
+        copy(bt_copy, sdOt_s2r(_, _, kk), rdOt_view(_, _, kk));
+        gemm(mma, rPt(_, _, kk), rdOt(_, _, kk), acc_dv);
+        copy(bt_copy, sQt_s2r(_, _, kk), rQt_view(_, _, kk));
+        gemm(mma, rdSt(_, _, kk), rQt(_, _, kk), acc_dk);
+      }
+      if constexpr (kAtomicDq) {
+        // Everyone is past this tile's first barrier, so the previous tile's dS^T reads are done.
+        Tensor sdSt = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutScores{});
+        auto r2s = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma);
+        auto r2s_thr = r2s.get_thread_slice(tid);
+        copy(r2s, r2s_thr.retile_S(ds_frag), r2s_thr.partition_D(sdSt));
+        __syncthreads();
+        add_dq_atomic<Traits>(p, mma, smem_dst, smem_k, seq.batch, q_row0 + m0, h, rows);
+      }
     }
   }
   cp_async_wait<0>();  // K and V (when no query tile was walked)

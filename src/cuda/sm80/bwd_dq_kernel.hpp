@@ -23,12 +23,10 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// Shared memory of the dQ kernel: Q and dO tiles, K and V tiles in two stages (the next key
-// tile loads during this one's math), the tile's LSE and delta.
+// Shared memory of the dQ kernel: Q and dO tiles, K and V tiles, the tile's LSE and delta.
 template <class Traits>
 struct DqSmem {
-  static constexpr int kStages = 2;
-  static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * kStages * Traits::kSmemElemsKV;
+  static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * Traits::kSmemElemsKV;
   static constexpr int kBytes = kElems * int(sizeof(typename Traits::Element)) + 2 * Traits::kBlockM * 4;
 };
 
@@ -63,10 +61,9 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
 
   Element* smem_q = reinterpret_cast<Element*>(smem);
   Element* smem_do = smem_q + Traits::kSmemElemsQ;
-  constexpr int kStages = DqSmem<Traits>::kStages;
-  Element* smem_k = smem_do + Traits::kSmemElemsQ;        // kStages tiles
-  Element* smem_v = smem_k + kStages * Traits::kSmemElemsKV;  // kStages tiles
-  float* lse2 = reinterpret_cast<float*>(smem_v + kStages * Traits::kSmemElemsKV);
+  Element* smem_k = smem_do + Traits::kSmemElemsQ;
+  Element* smem_v = smem_k + Traits::kSmemElemsKV;
+  float* lse2 = reinterpret_cast<float*>(smem_v + Traits::kSmemElemsKV);
   float* delta = lse2 + kBlockM;
   Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
   Tensor sdO = cute::make_tensor(make_smem_ptr(smem_do), typename Traits::SmemLayoutQ{});
@@ -103,8 +100,11 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
   Tensor rQ_view = a_thr.retile_D(rQ);
   Tensor sdO_s2r = a_thr.partition_S(sdO);
   Tensor rdO_view = a_thr.retile_D(rdO);
+  Tensor sK_s2r = b_thr.partition_S(sK);
   Tensor rK_view = b_thr.retile_D(rK);
+  Tensor sV_s2r = b_thr.partition_S(sV);
   Tensor rV_view = b_thr.retile_D(rV);
+  Tensor sKt_s2r = bt_thr.partition_S(sKt);
   Tensor rKt_view = bt_thr.retile_D(rKt);
 
   Tensor tScS = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
@@ -112,34 +112,19 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
   clear(acc_dq);
   const std::int64_t m_end = m0 + rows;
 
-  // Key tile n + 1 loads into stage (n + 1 - n_first) % 2 while tile n is computed.
-  const auto load_k_v = [&](int n) {
-    const std::int64_t n0 = std::int64_t(n) * kBlockN;
-    const int keys = int(min(std::int64_t(kBlockN), seq.k_len - n0));
-    const int stage_offset = ((n - n_first) % kStages) * Traits::kSmemElemsKV;
-    copy_predicated(load, load_thr.partition_S(cute::make_tensor(make_gmem_ptr(k_ptr + n0 * p.k_row_stride), tile_kv,
-                                                                  make_stride(p.k_row_stride, _1{}))),
-                    load_thr.partition_D(cute::make_tensor(make_smem_ptr(smem_k + stage_offset), typename Traits::SmemLayoutKV{})),
-                    tKVc, keys, p.head_dim);
-    copy_predicated(load, load_thr.partition_S(cute::make_tensor(make_gmem_ptr(v_ptr + n0 * p.v_row_stride), tile_kv,
-                                                                  make_stride(p.v_row_stride, _1{}))),
-                    load_thr.partition_D(cute::make_tensor(make_smem_ptr(smem_v + stage_offset), typename Traits::SmemLayoutKV{})),
-                    tKVc, keys, p.head_dim_v);
-  };
-  if (n_first <= n_last) load_k_v(n_first);
-  cp_async_fence();
-
   for (int n = n_first; n <= n_last; ++n) {
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
-    __syncthreads();  // tile n - 1's reads of the other stage are done
-    if (n < n_last) load_k_v(n + 1);
+    const int keys = int(min(std::int64_t(kBlockN), seq.k_len - n0));
+    __syncthreads();  // the previous tile's K and V reads are done
+    copy_predicated(load, load_thr.partition_S(cute::make_tensor(make_gmem_ptr(k_ptr + n0 * p.k_row_stride), tile_kv,
+                                                                  make_stride(p.k_row_stride, _1{}))),
+                    load_thr.partition_D(sK), tKVc, keys, p.head_dim);
+    copy_predicated(load, load_thr.partition_S(cute::make_tensor(make_gmem_ptr(v_ptr + n0 * p.v_row_stride), tile_kv,
+                                                                  make_stride(p.v_row_stride, _1{}))),
+                    load_thr.partition_D(sV), tKVc, keys, p.head_dim_v);
     cp_async_fence();
-    cp_async_wait<1>();  // everything but tile n + 1's loads
+    cp_async_wait<0>();
     __syncthreads();
-    const int stage_offset = ((n - n_first) % kStages) * Traits::kSmemElemsKV;
-    Tensor sK_s2r = b_thr.partition_S(cute::make_tensor(make_smem_ptr(smem_k + stage_offset), typename Traits::SmemLayoutKV{}));
-    Tensor sV_s2r = b_thr.partition_S(cute::make_tensor(make_smem_ptr(smem_v + stage_offset), typename Traits::SmemLayoutKV{}));
-    Tensor sKt_s2r = bt_thr.partition_S(cute::make_tensor(make_smem_ptr(smem_k + stage_offset), typename Traits::SmemLayoutVt{}));
 
     Tensor acc_s = partition_fragment_C(mma, make_shape(Int<kBlockM>{}, Int<kBlockN>{}));
     Tensor acc_dp = partition_fragment_C(mma, make_shape(Int<kBlockM>{}, Int<kBlockN>{}));
