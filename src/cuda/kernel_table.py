@@ -37,6 +37,9 @@ SM80_EXTRA_TILES = {
 }
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth.
 SM80_GLOBAL_TILE = (64, 64, 4, 3)  # queries, keys, warps, stages
+# Alternative global-accumulator tiles (queries, keys, warps), compiled like SM80_EXTRA_TILES: more
+# keys per tile move less accumulator traffic per FLOP, more queries less K/V traffic.
+SM80_GLOBAL_EXTRA_TILES = ((64, 128, 4), (128, 64, 8), (128, 128, 8))
 GLOBAL_HEAD_DIM = 65536
 # fp32 (FFMA) rows: head-dim bucket -> value chunks of 64 held in registers (0: global workspace).
 FP32_BUCKETS = {64: 1, 128: 2, 256: 4, GLOBAL_HEAD_DIM: 0}
@@ -111,6 +114,8 @@ def all_rows():
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
             rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
+        for variant, (xm, xn, xw) in enumerate(SM80_GLOBAL_EXTRA_TILES, start=1):
+            rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, xm, xn, xw, "global", "vector16", True, True, variant))
     bm, bn, warps = FP32_TILE
     for head_dim, chunks in FP32_BUCKETS.items():
         acc = "registers" if chunks else "global"
