@@ -35,6 +35,12 @@ SM80_EXTRA_TILES = {
     64: ((128, 128, 8),),
     128: ((128, 64, 8),),
 }
+# The same for the rows with bias/dropout code: smaller tiles with fewer registers, so that more
+# warps per SM hide the latency of the per-element bias reads.
+SM80_FEATURED_EXTRA_TILES = {
+    128: ((64, 64, 4),),
+    256: ((64, 64, 4),),
+}
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200, 2026-11-22); 128 queries gained nothing.
@@ -112,6 +118,8 @@ def all_rows():
                 rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", loads, full, full))
             for variant, (xm, xn, xw) in enumerate(SM80_EXTRA_TILES.get(head_dim, ()), start=1):
                 rows.append(Row(80, "fwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
+            for variant, (xm, xn, xw) in enumerate(SM80_FEATURED_EXTRA_TILES.get(head_dim, ()), start=1):
+                rows.append(Row(80, "fwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", True, True, variant))
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
             rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
