@@ -24,6 +24,7 @@ struct Need {
   int head_dim;  // max(D, Dv)
   bool bias, dropout;
   bool aligned;  // 16-byte rows and pointers (alignment 8 elements)
+  bool bias_tileable = false;  // bias with unit column stride and 16-byte rows and pointer
   bool deterministic = false;  // bit-reproducible results asked for (backward)
   int compute_capability;
 };
@@ -55,7 +56,22 @@ Need need(const detail::Problem& p, std::initializer_list<const TensorRef*> tens
   return n;
 }
 
-Need forward_need(const ForwardArgs& a, const detail::Problem& p) { return need(p, {&a.q, &a.k, &a.v, &a.out}); }
+// Whether the bias can be copied into shared memory 16 bytes at a time (broadcast dimensions
+// have stride 0 and pass; a broadcast key dimension does not).
+bool bias_tileable(const TensorRef& bias, const detail::Problem& p) {
+  const std::int64_t esize = bias.dtype == DType::f32 ? 4 : 2;
+  if (p.bias_broadcast[3] || bias.strides[3] != 1) return false;
+  if (reinterpret_cast<std::uintptr_t>(bias.data) % 16 != 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (!p.bias_broadcast[d] && bias.strides[d] * esize % 16 != 0) return false;
+  return true;
+}
+
+Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
+  Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
+  n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
+  return n;
+}
 
 Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
@@ -74,6 +90,8 @@ std::string misfit(const Row& k, const Need& n) {
   if (k.alignment > 1 && !n.aligned) return "needs head dims, strides and pointers aligned to 8 elements";
   if (n.bias && !k.bias) return "no bias";
   if (n.dropout && !k.dropout) return "no dropout";
+  if (n.bias && k.bias_tile && !n.bias_tileable)
+    return "bias tile needs a bias with unit key stride and 16-byte aligned rows and pointer";
   if (n.deterministic && k.atomics) return "uses atomics (not deterministic)";
   return {};
 }
@@ -444,7 +462,8 @@ std::string describe(const KernelRow<Params>& k) {
          to_string(k.max_head_dim) + ", tile " + to_string(k.block_m) + "x" + to_string(k.block_n) + ", " +
          to_string(k.warps) + " warps, " + to_string(k.math) + ", accumulator in " + to_string(k.accumulator) +
          ", alignment " +
-         to_string(k.alignment) + (k.bias ? ", bias" : "") + (k.dropout ? ", dropout" : "") +
+         to_string(k.alignment) + (k.bias ? ", bias" : "") + (k.bias_tile ? " (shared-memory tile)" : "") +
+         (k.dropout ? ", dropout" : "") +
          (k.atomics ? ", atomics" : "") + (k.experimental ? ", experimental" : "") + ", priority " + to_string(k.priority) + ")";
 }
 

@@ -40,6 +40,7 @@ struct KernelRow {
   Math math;
   int alignment;  // elements: 8 = 16-byte rows and pointers needed, 1 = any
   bool bias, dropout;
+  bool bias_tile;     // bias read through shared memory: needs unit column stride, 16-byte rows and pointer
   bool atomics;       // accumulates with atomics: not bit-reproducible (never with `deterministic`)
   bool experimental;  // not yet verified on a GPU: chosen only when forced (MEMATTN_KERNEL)
   int priority;       // lower is tried first

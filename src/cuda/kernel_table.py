@@ -41,6 +41,9 @@ SM80_FEATURED_EXTRA_TILES = {
     128: ((64, 64, 4),),
     256: ((64, 64, 4),),
 }
+# Buckets with rows that read the bias through a shared-memory tile (features "full", the
+# featured tile, 16-byte loads). Experimental until verified on a GPU.
+SM80_BIAS_TILE_BUCKETS = (64, 128)
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200, 2026-11-22); 128 queries gained nothing.
@@ -87,6 +90,7 @@ class Row:
     math: str = "mma"  # "mma" (tensor cores) or "ffma" (CUDA cores)
     experimental: bool = False  # not yet verified on a GPU: chosen only when forced (MEMATTN_KERNEL)
     atomics: bool = False  # backward: dQ added with fp32 atomics by the dK/dV kernel (not deterministic)
+    bias_tile: bool = False  # forward: bias through a shared-memory tile (needs an aligned, unit-stride bias)
 
     @property
     def features(self):
@@ -98,14 +102,16 @@ class Row:
         acc = "" if self.accumulator == "registers" else "_gacc"
         math = "_ffma" if self.math == "ffma" else ""
         atomics = "_atomic" if self.atomics else ""
+        bias_tile = "_btile" if self.bias_tile else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
-                f"w{self.warps}{acc}{math}{atomics}_{loads}_{self.features}")
+                f"w{self.warps}{acc}{math}{atomics}{bias_tile}_{loads}_{self.features}")
 
     def sort_key(self):
         # Newer family first; then the smallest bucket that fits; aligned loads before element
         # loads; tensor cores before CUDA cores; kernels without feature code before those with it.
         return (self.experimental, -self.family, self.accumulator != "registers", self.head_dim,
-                self.loads != "vector16", self.math != "mma", self.features != "plain", self.atomics, self.variant)
+                self.loads != "vector16", self.math != "mma", self.features != "plain", self.atomics, self.bias_tile,
+                self.variant)
 
 
 def all_rows():
@@ -120,6 +126,10 @@ def all_rows():
                 rows.append(Row(80, "fwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
             for variant, (xm, xn, xw) in enumerate(SM80_FEATURED_EXTRA_TILES.get(head_dim, ()), start=1):
                 rows.append(Row(80, "fwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", True, True, variant))
+            if head_dim in SM80_BIAS_TILE_BUCKETS:
+                bm, bn, warps = tiles[True]
+                rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
+                                bias_tile=True, experimental=True))
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
             rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
@@ -161,7 +171,7 @@ def reduced(rows):
     """One row per kernel kind (family, pass, fp32 or not, accumulator, loads, features), smallest head dim first."""
     seen, out = set(), []
     for r in sorted(rows, key=lambda r: (r.head_dim, r.dtype)):
-        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.loads, r.features)
+        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.bias_tile, r.loads, r.features)
         if kind not in seen and r.variant == 0:
             seen.add(kind)
             out.append(r)
@@ -170,7 +180,8 @@ def reduced(rows):
 
 def template_args(r):
     loads = "sm80::Loads::vector16" if r.loads == "vector16" else "sm80::Loads::element"
-    features = " | ".join([f for f, on in (("sm80::kBias", r.bias), ("sm80::kDropout", r.dropout)) if on]) or "sm80::kPlain"
+    features = " | ".join([f for f, on in (("sm80::kBias", r.bias), ("sm80::kDropout", r.dropout),
+                                          ("sm80::kBiasTile", r.bias_tile)) if on]) or "sm80::kPlain"
     if r.pass_ == "bwd" and r.accumulator == "global" and r.math == "ffma":
         element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
@@ -233,7 +244,7 @@ Status {r.name}_resources(KernelResources* r) {{ return sm80::{resources}<{templ
         return "\n".join(
             f'      {{"{r.name}", Family::sm{r.family}, {CPP_DTYPE[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, '
             f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {8 if r.loads == "vector16" else 1}, '
-            f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.atomics).lower()}, '
+            f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.bias_tile).lower()}, {str(r.atomics).lower()}, '
             f'{str(r.experimental).lower()}, {i}, '
             f'&generated::{r.name}, &generated::{r.name}_resources}},'
             for i, r in enumerate(x for x in rows if x.pass_ == pass_))

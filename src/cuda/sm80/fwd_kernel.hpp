@@ -98,7 +98,18 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     copy_predicated(load, thr.partition_S(gQ), thr.partition_D(sQ), thr.partition_S(make_identity_tensor(tile_q)), rows,
                     p.head_dim);
   }
+  // kBiasTile: the bias of key tile n goes to shared memory (after V) together with K(n).
+  constexpr bool kTileBias = (kFeatures & kBias) != 0 && (kFeatures & kBiasTile) != 0;
+  using BiasTile = BiasTileShape<kBlockM, kBlockN>;
+  char* smem_bias = reinterpret_cast<char*>(smem_v + Traits::kSmemElemsKV);
+  const auto load_bias = [&](int n) {
+    if constexpr (kTileBias)
+      if (p.bias != nullptr)
+        load_bias_tile<kBlockM, kBlockN, Traits::kThreads>(p, work.b, work.h, m0, std::int64_t(n) * kBlockN, seq.q_len,
+                                                           seq.k_len, smem_bias);
+  };
   load_kv(k_ptr, p.k_row_stride, smem_k, n_last, p.head_dim);
+  load_bias(n_last);
   cp_async_fence();
 
   Tensor acc_o = partition_fragment_C(mma, tile_q);  // (MMA, MMA_M, MMA_D), fp32
@@ -151,12 +162,16 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     const detail::MaskRule rule =
         detail::MaskRule::make(lseq.q_len, lseq.k_len, p.window_left, p.window_right, p.bottom_right);
     const TileOrigin origin{work.b, work.h, opaque(m0), n0, lseq.q_len, lseq.k_len};
-    transform_scores_rows<Element, (kFeatures & kBias) != 0>(p, rule, origin, kMasked, acc_s, tScS);
+    SharedBias shared_bias;
+    if constexpr (kTileBias)
+      if (p.bias != nullptr) shared_bias = {smem_bias, BiasTile::kPitch};
+    transform_scores_rows<Element, (kFeatures & kBias) != 0>(p, rule, origin, kMasked, acc_s, tScS, shared_bias);
 
     cp_async_wait<0>();
-    __syncthreads();  // V(n) landed; everyone is done with K(n)
+    __syncthreads();  // V(n) landed; everyone is done with K(n) (and its bias tile)
     if (n > n_first) {
       load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, p.head_dim);
+      load_bias(n - 1);
       cp_async_fence();
     }
 

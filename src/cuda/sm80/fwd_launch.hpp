@@ -55,14 +55,22 @@ Status resources(Kernel kernel, int threads, int smem, KernelResources* r) {
                      "occupancy");
 }
 
+// The register forward's shared memory: Q, K, V, and the bias tile of the kBiasTile rows.
+template <class Traits, unsigned kFeatures>
+constexpr int forward_smem_bytes() {
+  return Traits::kSmemBytes +
+         ((kFeatures & kBiasTile) != 0 ? BiasTileShape<Traits::kBlockM, Traits::kBlockN>::kBytes : 0);
+}
+
 template <class Traits, unsigned kFeatures>
 Status launch_forward(const FwdParams& p, cudaStream_t stream) {
-  return launch(forward_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
+  return launch(forward_kernel<Traits, kFeatures>, Traits::kThreads, forward_smem_bytes<Traits, kFeatures>(), p,
+                stream);
 }
 
 template <class Traits, unsigned kFeatures>
 Status forward_resources(KernelResources* r) {
-  return resources(forward_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
+  return resources(forward_kernel<Traits, kFeatures>, Traits::kThreads, forward_smem_bytes<Traits, kFeatures>(), r);
 }
 
 template <class Traits, unsigned kFeatures>

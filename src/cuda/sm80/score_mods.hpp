@@ -82,15 +82,58 @@ __device__ __forceinline__ void apply_dropout(const FwdParams& p, const TileOrig
   }
 }
 
+// One (query tile, key tile) of bias in shared memory, in the bias's dtype (fp32 or 16-bit): rows
+// of kPitch bytes, sized for fp32 plus 16 bytes, so that the 8 rows an m16n8 fragment read spans
+// start 4 banks apart (no bank conflicts for 16-bit bias, 2-way for fp32).
+template <int kRows, int kCols>
+struct BiasTileShape {
+  static constexpr int kPitch = kCols * 4 + 16;
+  static constexpr int kBytes = kRows * kPitch;
+};
+
+// Where transform_scores_rows reads the bias: global memory per element, or a BiasTileShape tile.
+struct SharedBias {
+  const char* tile = nullptr;  // the tile's (0, 0)
+  int pitch = 0;               // bytes per row
+};
+
+// 16 bytes from global to shared memory, of which the first src_bytes are read and the rest zeroed.
+__device__ __forceinline__ void cp_async_zfill16(void* smem_dst, const void* gmem_src, int src_bytes) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes));
+}
+
+// Issues the cp.async copies of the bias of query rows m0.. and keys n0.. of sequence b, head h
+// into a BiasTileShape<kRows, kCols> tile (rows past q_len and keys past k_len read as zero).
+// Needs bias_col_stride == 1 and 16-byte aligned rows (the dispatcher checks).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_bias_tile(const FwdParams& p, int b, int h, std::int64_t m0, std::int64_t n0,
+                                               std::int64_t q_len, std::int64_t k_len, char* dst) {
+  using Shape = BiasTileShape<kRows, kCols>;
+  const int esize = p.bias_is_f32 ? 4 : 2;
+  const int chunks_per_row = kCols * esize / 16;
+  const char* base = static_cast<const char*>(p.bias) +
+                     (std::int64_t(b) * p.bias_batch_stride + std::int64_t(h) * p.bias_head_stride) * esize;
+  for (int c = threadIdx.x; c < kRows * chunks_per_row; c += kThreads) {
+    const int r = c / chunks_per_row, k = c % chunks_per_row;
+    const std::int64_t i = m0 + r, j = n0 + std::int64_t(k) * (16 / esize);
+    const int bytes = i < q_len && j < k_len ? int(min(std::int64_t(16), (k_len - j) * esize)) : 0;
+    const char* src = bytes > 0 ? base + (i * p.bias_row_stride + j) * esize : base;
+    cp_async_zfill16(dst + r * Shape::kPitch + k * 16, src, bytes);
+  }
+}
+
 // The forward's fast paths of transform_scores and apply_dropout for m16n8 accumulator fragments
 // with (query, key) coordinates (the accumulator's identity tensor, partitioned like it): the same
 // results, computed per row with 32-bit offsets inside the tile. A thread's columns are its first
 // column plus compile-time offsets, and its rows the same, so the mask is two 32-bit bounds per
 // row and each element compares a constant against them: no 64-bit index or per-element
 // coordinate stays live across the key loop.
+// With a SharedBias tile the bias comes from shared memory (zero-filled past the sequence).
 template <class Element, bool kBiasCode, class Scores, class Coords>
 __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const detail::MaskRule& rule,
-                                                      const TileOrigin& t, bool masked, Scores& s, const Coords& coord) {
+                                                      const TileOrigin& t, bool masked, Scores& s, const Coords& coord,
+                                                      SharedBias shared_bias = {}) {
   Tensor s_rc = rowcol(s);
   Tensor c_rc = rowcol(coord);
   constexpr int kRows = decltype(size<0>(s_rc))::value;
@@ -130,7 +173,12 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
       const int dc = get<1>(c_rc(0, c)) - col0;  // a constant
       float x = s_rc(r, c) * p.scale_log2;
       if constexpr (kBiasCode) {
-        if (has_bias && dr < rows_in && dc < cols_in) {
+        if (shared_bias.tile != nullptr) {
+          const char* e = shared_bias.tile + (row0 + dr) * shared_bias.pitch;
+          const float b = p.bias_is_f32 ? reinterpret_cast<const float*>(e)[col0 + dc]
+                                        : float(reinterpret_cast<const Element*>(e)[col0 + dc]);
+          x = fmaf(b, kLog2e, x);
+        } else if (has_bias && dr < rows_in && dc < cols_in) {
           const std::int64_t off = boff + std::int64_t(dc) * bias_cs;
           const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_row) + off)
                                         : float(reinterpret_cast<const Element*>(bias_row)[off]);
