@@ -70,6 +70,9 @@ SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
 # through a pipeline of this many stages, dK/dV/dQ chunks in a per-CTA fp32 workspace slot. They
 # come before the FFMA rows (7-8x faster at D = 256..1024, H200, 2026-11-22).
 SM80_BACKWARD_GACC_TILE = (64, 64, 4, 3)  # queries, keys, warps, stages
+# Larger square gacc tiles (queries = keys, warps), experimental until verified on a GPU: the
+# accumulator traffic per FLOP halves at 128 (the forward's 64 -> 128 keys gained 1.65x).
+SM80_BACKWARD_GACC_EXTRA_TILES = ((128, 128, 8),)
 CPP_DTYPE = {"bf16": "DType::bf16", "fp16": "DType::f16", "fp32": "DType::f32"}
 
 
@@ -164,6 +167,9 @@ def backward_rows():
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):
             rows.append(Row(80, "bwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
+        for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_GACC_EXTRA_TILES, start=1):
+            rows.append(Row(80, "bwd", dtype, GLOBAL_HEAD_DIM, xm, xn, xw, "global", "vector16", True, True, variant,
+                            experimental=True))
     return rows
 
 
@@ -186,7 +192,8 @@ def template_args(r):
         element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
     if r.pass_ == "bwd" and r.accumulator == "global":
-        return f"sm80::GlobalBwdTraits<{ELEMENT_TYPES[r.dtype]}, {SM80_BACKWARD_GACC_TILE[3]}, {loads}>, {features}"
+        return (f"sm80::GlobalBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.warps}, {SM80_BACKWARD_GACC_TILE[3]}, "
+                f"{loads}>, {features}")
     if r.pass_ == "bwd":
         dq = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}, {loads}>"
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"

@@ -1,15 +1,16 @@
 // The sm80 tensor-core backward for head dims beyond what registers hold (bf16/fp16, any D and
 // Dv up to 65536): the register rows' two kernels with the head dims walked in chunks of 64, as
-// the global-accumulator forward does.
+// the global-accumulator forward does. Tiles are square, kRows queries x kRows keys.
 //
-// dkdv_global_kernel owns a tile of 64 keys of one (sequence, kv head). For each query tile of
+// dkdv_global_kernel owns a tile of kRows keys of one (sequence, kv head). For each query tile of
 // the group's heads that sees those keys: S^T = sum over chunks of K_c Q_c^T and dP^T = sum of
-// V_c dO_c^T (64 x 64, in registers), then P^T and dS^T (gradient_tile), then for each value chunk
+// V_c dO_c^T (in registers), then P^T and dS^T (gradient_tile), then for each value chunk
 // dV_c += (P Z)^T dO_c and for each head-dim chunk dK_c += dS^T Q_c, the dK/dV chunks read from and
 // written back to this CTA's fp32 workspace slot in MMA-fragment order (16-byte accesses, no
 // shuffle). After the last query tile the chunks are converted and stored. dq_global_kernel owns
-// 64 queries and walks the visible key tiles the same way (S, dP, then dQ_c += dS K_c), and writes
-// dbias. Every gradient row has one owner: no atomics, deterministic.
+// kRows queries and walks the visible key tiles the same way (S, dP, then dQ_c += dS K_c), and
+// writes dbias. Every gradient row has one owner: no atomics, deterministic. The accumulator
+// chunks cross L2 once per tile pair, so their traffic per FLOP falls as 1 / kRows.
 //
 // All chunks flow through one kStages-deep cp.async pipeline: a stage holds an A chunk (the rows
 // of the tile this CTA owns: K, V; or Q, dO in the dQ kernel) and a B chunk (the other side, also
@@ -32,15 +33,16 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// 64 x 64 tiles, 4 warps of 16 rows, chunks of 64 head-dim columns.
-template <class Element, int kStages, Loads kLoads>
-struct GlobalBwdTraits : GlobalFwdTraits<Element, 64, 64, 4, kStages, kLoads> {
-  using Base = GlobalFwdTraits<Element, 64, 64, 4, kStages, kLoads>;
-  static constexpr int kTile = 64;
-  static_assert(Base::kBlockM == kTile && Base::kBlockN == kTile && Base::kChunk == kTile);
+// Square tiles of kRows queries x kRows keys, kWarps warps of 16 rows (the rows a CTA owns: keys
+// in the dK/dV kernel, queries in the dQ kernel), head dims in chunks of 64 columns.
+template <class Element, int kRows_, int kWarps, int kStages, Loads kLoads>
+struct GlobalBwdTraits : GlobalFwdTraits<Element, kRows_, kRows_, kWarps, kStages, kLoads> {
+  using Base = GlobalFwdTraits<Element, kRows_, kRows_, kWarps, kStages, kLoads>;
+  static constexpr int kRows = kRows_;
+  static constexpr int kChunk = Base::kChunk;
   // Stages, an output staging tile, and a query tile's LSE and delta.
-  static constexpr int kSmemBytes = Base::kSmemBytes + 2 * kTile * 4;
-  static constexpr int kChunkFloats = kTile * kTile;  // one accumulator chunk in the workspace
+  static constexpr int kSmemBytes = Base::kSmemBytes + 2 * kRows * 4;
+  static constexpr int kChunkFloats = kRows * kChunk;  // one accumulator chunk in the workspace
 };
 
 // The pipeline's shared memory: stage s holds an A chunk and a B chunk (B also viewed transposed).
@@ -84,14 +86,14 @@ __device__ ChunkPipeline<kStages, Issue> make_pipeline(Issue issue) {
   return {issue};
 }
 
-// cp.async of one 64 x 64 chunk of a row-major matrix (rows < rows, columns < cols; zeros beyond).
+// cp.async of one kRows x kChunk chunk of a row-major matrix (rows < rows, columns < cols; zeros
+// beyond).
 template <class Traits, class SmemTile>
 __device__ __forceinline__ void load_chunk(const typename Traits::Element* src, std::int64_t row_stride, int rows,
                                            int cols, SmemTile&& dst) {
-  constexpr int kTile = Traits::kTile;
   typename Traits::LoadCopy load;
   auto thr = load.get_thread_slice(threadIdx.x);
-  const auto shape = make_shape(Int<kTile>{}, Int<kTile>{});
+  const auto shape = make_shape(Int<Traits::kRows>{}, Int<Traits::kChunk>{});
   Tensor g = cute::make_tensor(make_gmem_ptr(src), shape, make_stride(row_stride, _1{}));
   copy_predicated(load, thr.partition_S(g), thr.partition_D(dst), thr.partition_S(make_identity_tensor(shape)), rows,
                   cols);
@@ -103,8 +105,8 @@ __device__ void store_chunks(const TiledMma& mma, const float* slot, bool any, A
                              typename Traits::Element* out, std::int64_t row_stride, int rows, int cols,
                              typename Traits::Element* smem_out) {
   using Element = typename Traits::Element;
-  constexpr int kTile = Traits::kTile;
-  const int chunks = (cols + kTile - 1) / kTile;
+  constexpr int kRows = Traits::kRows, kChunk = Traits::kChunk;
+  const int chunks = (cols + kChunk - 1) / kChunk;
   for (int c = 0; c < chunks; ++c) {
     if (any) {
       load_accumulator<Traits>(slot + std::int64_t(c) * Traits::kChunkFloats, acc);
@@ -113,10 +115,10 @@ __device__ void store_chunks(const TiledMma& mma, const float* slot, bool any, A
     } else {
       clear(acc);  // no tile reached these rows: zero gradients
     }
-    const int c0 = c * kTile;
+    const int c0 = c * kChunk;
     store_tile<Traits, typename Traits::SmemLayoutQ>(
         mma, convert_fragment<Element>(acc), smem_out,
-        cute::make_tensor(make_gmem_ptr(out + c0), make_shape(Int<kTile>{}, Int<kTile>{}), make_stride(row_stride, _1{})),
+        cute::make_tensor(make_gmem_ptr(out + c0), make_shape(Int<kRows>{}, Int<kChunk>{}), make_stride(row_stride, _1{})),
         rows, cols - c0);
   }
 }
@@ -134,19 +136,19 @@ __device__ __forceinline__ void accumulate_chunk_global(const TiledMma& mma, flo
 template <class Traits, unsigned kFeatures>
 __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, char* smem, float* slot) {
   using Element = typename Traits::Element;
-  constexpr int kTile = Traits::kTile, kStages = Traits::kStages;
+  constexpr int kRows = Traits::kRows, kChunk = Traits::kChunk, kStages = Traits::kStages;
 
   const SequenceInfo seq = sequence_info(p, work.b);
-  const std::int64_t n0 = std::int64_t(work.n_block) * kTile;
+  const std::int64_t n0 = std::int64_t(work.n_block) * kRows;
   if (n0 >= seq.k_len) return;
-  const int keys = int(min(std::int64_t(kTile), seq.k_len - n0));
+  const int keys = int(min(std::int64_t(kRows), seq.k_len - n0));
   const detail::MaskRule rule =
       detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
   std::int64_t query_begin = 0, query_end = 0;
   rule.query_range(n0, n0 + keys, seq.q_len, &query_begin, &query_end);
-  const int q_tiles = query_end > query_begin ? int((query_end - query_begin + kTile - 1) / kTile) : 0;
+  const int q_tiles = query_end > query_begin ? int((query_end - query_begin + kRows - 1) / kRows) : 0;
   const int tiles = q_tiles * p.group;
-  const int qc = (p.head_dim + kTile - 1) / kTile, vc = (p.head_dim_v + kTile - 1) / kTile;
+  const int qc = (p.head_dim + kChunk - 1) / kChunk, vc = (p.head_dim_v + kChunk - 1) / kChunk;
   // Per query tile: S^T (K_c, Q_c), dP^T (V_c, dO_c), dV (dO_c), dK (Q_c).
   const int jobs_per_tile = 2 * (qc + vc);
   const int jobs = tiles * jobs_per_tile;
@@ -158,13 +160,13 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
       element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + k_row * p.v_row_stride + work.hk * p.v_head_stride);
   const auto q_rows = [&](int t, std::int64_t* m0, int* h) {
     *h = work.hk * p.group + t / q_tiles;
-    *m0 = query_begin + std::int64_t(t % q_tiles) * kTile;
+    *m0 = query_begin + std::int64_t(t % q_tiles) * kRows;
   };
 
   const ChunkStages<Traits> stages{reinterpret_cast<Element*>(smem)};
   Element* smem_out = stages.base + kStages * Traits::kStageElems;
   float* lse2 = reinterpret_cast<float*>(smem_out + Traits::kSmemElemsQ);
-  float* delta = lse2 + kTile;
+  float* delta = lse2 + kRows;
 
   const auto issue = [&](int job) {
     if (job < jobs) {
@@ -172,24 +174,24 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
       std::int64_t m0;
       int h;
       q_rows(t, &m0, &h);
-      const int rows = int(min(std::int64_t(kTile), seq.q_len - m0));
+      const int rows = int(min(std::int64_t(kRows), seq.q_len - m0));
       const std::int64_t q_row = seq.q_begin + m0;
       const Element* q = element_ptr<Element>(p.q, seq.batch * p.q_batch_stride + q_row * p.q_row_stride + h * p.q_head_stride);
       const Element* d_o =
           element_ptr<Element>(p.dout, seq.batch * p.do_batch_stride + q_row * p.do_row_stride + h * p.do_head_stride);
       if (r < qc) {  // S^T
-        const int c0 = r * kTile;
+        const int c0 = r * kChunk;
         load_chunk<Traits>(k_ptr + c0, p.k_row_stride, keys, p.head_dim - c0, stages.a(s));
         load_chunk<Traits>(q + c0, p.q_row_stride, rows, p.head_dim - c0, stages.b(s));
       } else if (r < qc + vc) {  // dP^T
-        const int c0 = (r - qc) * kTile;
+        const int c0 = (r - qc) * kChunk;
         load_chunk<Traits>(v_ptr + c0, p.v_row_stride, keys, p.head_dim_v - c0, stages.a(s));
         load_chunk<Traits>(d_o + c0, p.do_row_stride, rows, p.head_dim_v - c0, stages.b(s));
       } else if (r < qc + 2 * vc) {  // dV
-        const int c0 = (r - qc - vc) * kTile;
+        const int c0 = (r - qc - vc) * kChunk;
         load_chunk<Traits>(d_o + c0, p.do_row_stride, rows, p.head_dim_v - c0, stages.b(s));
       } else {  // dK
-        const int c0 = (r - qc - 2 * vc) * kTile;
+        const int c0 = (r - qc - 2 * vc) * kChunk;
         load_chunk<Traits>(q + c0, p.q_row_stride, rows, p.head_dim - c0, stages.b(s));
       }
     }
@@ -200,9 +202,9 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
 
   typename Traits::TiledMma mma;
   auto thr_mma = mma.get_thread_slice(threadIdx.x);
-  const auto tile = make_shape(Int<kTile>{}, Int<kTile>{});
-  Tensor tScS = thr_mma.partition_C(make_identity_tensor(tile));  // (key, query)
-  Tensor acc = partition_fragment_C(mma, tile);                   // one dK or dV chunk
+  const auto tile = make_shape(Int<kRows>{}, Int<kRows>{});
+  Tensor tScS = thr_mma.partition_C(make_identity_tensor(tile));                      // (key, query)
+  Tensor acc = partition_fragment_C(mma, make_shape(Int<kRows>{}, Int<kChunk>{}));  // one dK or dV chunk
   float* dk_slot = slot;
   float* dv_slot = slot + std::int64_t(qc) * Traits::kChunkFloats;
 
@@ -211,8 +213,8 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
     std::int64_t m0;
     int h;
     q_rows(t, &m0, &h);
-    const int rows = int(min(std::int64_t(kTile), seq.q_len - m0));
-    load_row_stats<kTile>(p, seq, h, m0, rows, lse2, delta);  // read after the next barriers
+    const int rows = int(min(std::int64_t(kRows), seq.q_len - m0));
+    load_row_stats<kRows>(p, seq, h, m0, rows, lse2, delta);  // read after the next barriers
 
     Tensor acc_st = partition_fragment_C(mma, tile);
     Tensor acc_dpt = partition_fragment_C(mma, tile);
@@ -227,7 +229,7 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
       gemm_smem<Traits>(mma, stages.a(s), stages.b(s), acc_dpt);
     }
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
-    const bool masked = n0 + kTile > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kTile);
+    const bool masked = n0 + kRows > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kRows);
     gradient_tile<Element, kFeatures, true, false>(p, rule, origin, masked, acc_st, acc_dpt, tScS, lse2, delta);
     Tensor p_frag = convert_fragment<Element>(acc_st);
     Tensor ds_frag = convert_fragment<Element>(acc_dpt);
@@ -257,20 +259,20 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
 template <class Traits, unsigned kFeatures>
 __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* smem, float* slot) {
   using Element = typename Traits::Element;
-  constexpr int kTile = Traits::kTile, kStages = Traits::kStages;
+  constexpr int kRows = Traits::kRows, kChunk = Traits::kChunk, kStages = Traits::kStages;
 
   const SequenceInfo seq = sequence_info(p, work.b);
-  const std::int64_t m0 = std::int64_t(work.m_block) * kTile;
+  const std::int64_t m0 = std::int64_t(work.m_block) * kRows;
   if (m0 >= seq.q_len) return;
-  const int rows = int(min(std::int64_t(kTile), seq.q_len - m0));
+  const int rows = int(min(std::int64_t(kRows), seq.q_len - m0));
   const detail::MaskRule rule =
       detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
   std::int64_t key_begin = 0, key_end = 0;
   rule.key_range(m0, m0 + rows, &key_begin, &key_end);
-  const int n_first = int(key_begin / kTile);
-  const int k_tiles = key_end > key_begin ? int((key_end - 1) / kTile) - n_first + 1 : 0;
+  const int n_first = int(key_begin / kRows);
+  const int k_tiles = key_end > key_begin ? int((key_end - 1) / kRows) - n_first + 1 : 0;
   const int hk = work.h / p.group;
-  const int qc = (p.head_dim + kTile - 1) / kTile, vc = (p.head_dim_v + kTile - 1) / kTile;
+  const int qc = (p.head_dim + kChunk - 1) / kChunk, vc = (p.head_dim_v + kChunk - 1) / kChunk;
   // Per key tile: S (Q_c, K_c), dP (dO_c, V_c), dQ (K_c).
   const int jobs_per_tile = 2 * qc + vc;
   const int jobs = k_tiles * jobs_per_tile;
@@ -288,24 +290,24 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
   const ChunkStages<Traits> stages{reinterpret_cast<Element*>(smem)};
   Element* smem_out = stages.base + kStages * Traits::kStageElems;
   float* lse2 = reinterpret_cast<float*>(smem_out + Traits::kSmemElemsQ);
-  float* delta = lse2 + kTile;
-  load_row_stats<kTile>(p, seq, work.h, m0, rows, lse2, delta);  // read after the first barriers
+  float* delta = lse2 + kRows;
+  load_row_stats<kRows>(p, seq, work.h, m0, rows, lse2, delta);  // read after the first barriers
 
   const auto issue = [&](int job) {
     if (job < jobs) {
       const int t = job / jobs_per_tile, r = job % jobs_per_tile, s = job % kStages;
-      const std::int64_t n0 = std::int64_t(n_first + t) * kTile;
-      const int keys = int(min(std::int64_t(kTile), seq.k_len - n0));
+      const std::int64_t n0 = std::int64_t(n_first + t) * kRows;
+      const int keys = int(min(std::int64_t(kRows), seq.k_len - n0));
       if (r < qc) {  // S
-        const int c0 = r * kTile;
+        const int c0 = r * kChunk;
         load_chunk<Traits>(q_ptr + c0, p.q_row_stride, rows, p.head_dim - c0, stages.a(s));
         load_chunk<Traits>(k_ptr + n0 * p.k_row_stride + c0, p.k_row_stride, keys, p.head_dim - c0, stages.b(s));
       } else if (r < qc + vc) {  // dP
-        const int c0 = (r - qc) * kTile;
+        const int c0 = (r - qc) * kChunk;
         load_chunk<Traits>(do_ptr + c0, p.do_row_stride, rows, p.head_dim_v - c0, stages.a(s));
         load_chunk<Traits>(v_ptr + n0 * p.v_row_stride + c0, p.v_row_stride, keys, p.head_dim_v - c0, stages.b(s));
       } else {  // dQ
-        const int c0 = (r - qc - vc) * kTile;
+        const int c0 = (r - qc - vc) * kChunk;
         load_chunk<Traits>(k_ptr + n0 * p.k_row_stride + c0, p.k_row_stride, keys, p.head_dim - c0, stages.b(s));
       }
     }
@@ -316,13 +318,13 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
 
   typename Traits::TiledMma mma;
   auto thr_mma = mma.get_thread_slice(threadIdx.x);
-  const auto tile = make_shape(Int<kTile>{}, Int<kTile>{});
-  Tensor tScS = thr_mma.partition_C(make_identity_tensor(tile));  // (query, key)
-  Tensor acc = partition_fragment_C(mma, tile);                   // one dQ chunk
+  const auto tile = make_shape(Int<kRows>{}, Int<kRows>{});
+  Tensor tScS = thr_mma.partition_C(make_identity_tensor(tile));                      // (query, key)
+  Tensor acc = partition_fragment_C(mma, make_shape(Int<kRows>{}, Int<kChunk>{}));  // one dQ chunk
 
   int job = 0;
   for (int t = 0; t < k_tiles; ++t) {
-    const std::int64_t n0 = std::int64_t(n_first + t) * kTile;
+    const std::int64_t n0 = std::int64_t(n_first + t) * kRows;
     Tensor acc_s = partition_fragment_C(mma, tile);
     Tensor acc_dp = partition_fragment_C(mma, tile);
     clear(acc_s);
@@ -336,7 +338,7 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
       gemm_smem<Traits>(mma, stages.a(s), stages.b(s), acc_dp);
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
-    const bool masked = n0 + kTile > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kTile);
+    const bool masked = n0 + kRows > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kRows);
     gradient_tile<Element, kFeatures, false, true>(p, rule, origin, masked, acc_s, acc_dp, tScS, lse2, delta);
     Tensor ds_frag = convert_fragment<Element>(acc_dp);
     Tensor rdS = cute::make_tensor(ds_frag.data(), acc_as_a_operand(ds_frag.layout()));
