@@ -150,7 +150,8 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
   const std::int64_t hi0 = rule.right < 0 ? hi_k : base_i + rule.shift + rule.right + 1 - t.n0 - col0;
   const int lo_base = clamp32(lo0), hi_base = clamp32(hi0), hi_cap = clamp32(hi_k);
   [[maybe_unused]] const int rows_in = clamp32(t.q_len - base_i), cols_in = hi_cap;
-  const bool has_bias = kBiasCode && p.bias != nullptr;
+  const bool tile_bias = kBiasCode && shared_bias.tile != nullptr;
+  const bool has_bias = kBiasCode && p.bias != nullptr && !tile_bias;  // read from global memory
   const char* bias_row = nullptr;
   std::int64_t bias_cs = 0;
   if (has_bias) {
@@ -173,7 +174,7 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
       const int dc = get<1>(c_rc(0, c)) - col0;  // a constant
       float x = s_rc(r, c) * p.scale_log2;
       if constexpr (kBiasCode) {
-        if (shared_bias.tile != nullptr) {
+        if (tile_bias) {
           const char* e = shared_bias.tile + (row0 + dr) * shared_bias.pitch;
           const float b = p.bias_is_f32 ? reinterpret_cast<const float*>(e)[col0 + dc]
                                         : float(reinterpret_cast<const Element*>(e)[col0 + dc]);
