@@ -46,6 +46,9 @@ SM80_FEATURED_EXTRA_TILES = {
 # Buckets with rows that read the bias through a shared-memory tile (features "full", the
 # featured tile, 16-byte loads). Experimental until verified on a GPU.
 SM80_BIAS_TILE_BUCKETS = (64, 128)
+# Buckets with rows whose dropout shares each Philox call between two lanes (half the Philox
+# work, two shuffles; same masks). Experimental until verified on a GPU.
+SM80_DROPOUT_PAIRED_BUCKETS = (64, 128)
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200, 2026-11-22); 128 queries gained nothing.
@@ -96,6 +99,7 @@ class Row:
     experimental: bool = False  # not yet verified on a GPU: chosen only when forced (MEMATTN_KERNEL)
     atomics: bool = False  # backward: dQ added with fp32 atomics by the dK/dV kernel (not deterministic)
     bias_tile: bool = False  # forward: bias through a shared-memory tile (needs an aligned, unit-stride bias)
+    dropout_paired: bool = False  # forward: each Philox call serves two lanes
 
     @property
     def features(self):
@@ -108,15 +112,16 @@ class Row:
         math = "_ffma" if self.math == "ffma" else ""
         atomics = "_atomic" if self.atomics else ""
         bias_tile = "_btile" if self.bias_tile else ""
+        paired = "_dpair" if self.dropout_paired else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
-                f"w{self.warps}{acc}{math}{atomics}{bias_tile}_{loads}_{self.features}")
+                f"w{self.warps}{acc}{math}{atomics}{bias_tile}{paired}_{loads}_{self.features}")
 
     def sort_key(self):
         # Newer family first; then the smallest bucket that fits; aligned loads before element
         # loads; tensor cores before CUDA cores; kernels without feature code before those with it.
         return (self.experimental, -self.family, self.accumulator != "registers", self.head_dim,
                 self.loads != "vector16", self.math != "mma", self.features != "plain", self.atomics, self.bias_tile,
-                self.variant)
+                self.dropout_paired, self.variant)
 
 
 def all_rows():
@@ -135,6 +140,10 @@ def all_rows():
                 bm, bn, warps = tiles[1]
                 rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
                                 bias_tile=True, experimental=True))
+            if head_dim in SM80_DROPOUT_PAIRED_BUCKETS:
+                bm, bn, warps = tiles[1]
+                rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
+                                dropout_paired=True, experimental=True))
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
             rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
@@ -179,7 +188,7 @@ def reduced(rows):
     """One row per kernel kind (family, pass, fp32 or not, accumulator, loads, features), smallest head dim first."""
     seen, out = set(), []
     for r in sorted(rows, key=lambda r: (r.head_dim, r.dtype)):
-        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.bias_tile, r.loads, r.features)
+        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.bias_tile, r.dropout_paired, r.loads, r.features)
         if kind not in seen and r.variant == 0:
             seen.add(kind)
             out.append(r)
@@ -189,7 +198,8 @@ def reduced(rows):
 def template_args(r):
     loads = "sm80::Loads::vector16" if r.loads == "vector16" else "sm80::Loads::element"
     features = " | ".join([f for f, on in (("sm80::kBias", r.bias), ("sm80::kDropout", r.dropout),
-                                          ("sm80::kBiasTile", r.bias_tile)) if on]) or "sm80::kPlain"
+                                          ("sm80::kBiasTile", r.bias_tile),
+                                          ("sm80::kDropoutPaired", r.dropout_paired)) if on]) or "sm80::kPlain"
     if r.pass_ == "bwd" and r.accumulator == "global" and r.math == "ffma":
         element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"

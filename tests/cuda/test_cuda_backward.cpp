@@ -6,6 +6,7 @@
 #include "memattn/attention.hpp"
 #include "support/cases.hpp"
 #include "support/check.hpp"
+#include "support/dropout_masks.hpp"
 
 namespace memattn::testing {
 namespace {
@@ -21,6 +22,12 @@ TEST_P(CudaBackward, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Features, CudaBackward, ::testing::ValuesIn(named_cases(Backend::cuda, {DType::bf16, DType::f16, DType::f32})),
                          [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
+
+// The backward regenerates exactly the forward's mask (dV with dO = identity shows it).
+TEST(CudaBackward, DropoutMaskMatchesTheMapping) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) check_dropout_masks(Backend::cuda, /*backward=*/true, dtype);
+}
 
 // Bit-identical gradients run after run (the kernels own their output rows: no atomics).
 TEST(CudaBackwardDeterminism, TwentyRunsAreBitIdentical) {

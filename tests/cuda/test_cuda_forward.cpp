@@ -23,7 +23,7 @@ INSTANTIATE_TEST_SUITE_P(Features, CudaForward, ::testing::ValuesIn(named_cases(
 
 TEST(CudaForward, DropoutMaskMatchesTheMapping) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  check_dropout_masks(Backend::cuda, /*backward=*/false);
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) check_dropout_masks(Backend::cuda, /*backward=*/false, dtype);
 }
 
 TEST(CudaForwardSizes, BatchTimesHeadsAbove65535) {

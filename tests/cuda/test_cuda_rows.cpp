@@ -16,6 +16,7 @@
 #include "memattn/attention.hpp"
 #include "memattn/kernels.hpp"
 #include "support/check.hpp"
+#include "support/dropout_masks.hpp"
 
 namespace memattn::testing {
 namespace {
@@ -24,6 +25,7 @@ struct RowCase {
   std::string row;
   tools::ProblemSpec spec;
   bool backward;
+  int bucket;  // the row's head-dim bucket
 };
 
 void PrintTo(const RowCase& c, std::ostream* os) { *os << c.spec.describe(); }
@@ -64,6 +66,7 @@ bool row_case(const std::string& name, RowCase* c) {
   s.backend = Backend::cuda;
   c->row = name;
   c->backward = t[0] == "bwd";
+  c->bucket = bucket;
   return true;
 }
 
@@ -92,6 +95,18 @@ TEST_P(CudaRows, MatchesReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const ScopedEnv forced("MEMATTN_KERNEL", GetParam().row);
   check_case(GetParam().spec, {GetParam().backward});
+}
+
+// Rows with dropout code apply exactly dropout_keep()'s mask (the reference comparison above has
+// a tolerance; this has none). The mask problem has D = 8 and Dv = 48, so rows whose bucket is
+// smaller are skipped.
+TEST_P(CudaRows, DropoutMaskMatchesTheMapping) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const RowCase& c = GetParam();
+  if (c.spec.dropout.p == 0.0) GTEST_SKIP() << "no dropout code in this row";
+  if (c.bucket < 48) GTEST_SKIP() << "head-dim bucket below the mask problem's Dv = 48";
+  const ScopedEnv forced("MEMATTN_KERNEL", c.row);
+  check_dropout_masks(Backend::cuda, c.backward, c.spec.dtype);
 }
 
 // A build without CUDA kernels has no rows: nothing to instantiate.

@@ -11,7 +11,7 @@ namespace memattn::testing {
 // With V = identity (Dv = Mk), O[i, j] = P[i, j] * Z[i, j] / (1 - p) shows the forward's mask; with
 // dO = identity (Dv = Mq), dV[j, i] = P[i, j] * Z[i, j] / (1 - p) shows the backward's. Both must
 // equal dropout_keep, element for element, on the given backend.
-void check_dropout_masks(Backend backend, bool backward) {
+void check_dropout_masks(Backend backend, bool backward, DType dtype) {
   tools::ProblemSpec s;
   s.batch = 2;
   s.seqlen_q = 48;
@@ -20,7 +20,7 @@ void check_dropout_masks(Backend backend, bool backward) {
   s.heads_k = 1;
   s.head_dim = 8;
   s.head_dim_v = 48;  // >= Mq and >= Mk
-  s.dtype = DType::f32;
+  s.dtype = dtype;
   s.dropout = {0.4, 0xDEADBEEF12345ull, 77};
   s.backend = backend;
   tools::Workload w(s);

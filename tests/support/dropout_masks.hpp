@@ -1,10 +1,11 @@
-// Checks that a backend's forward (and backward) apply exactly the dropout mask of dropout_keep().
+// Checks that a backend's forward (and backward) apply exactly the dropout mask of dropout_keep(),
+// in the given dtype (on CUDA the dtype and the head dims (D = 8, Dv = 48) pick the kernel row).
 #pragma once
 
 #include "memattn/types.hpp"
 
 namespace memattn::testing {
 
-void check_dropout_masks(Backend backend, bool backward);
+void check_dropout_masks(Backend backend, bool backward, DType dtype = DType::f32);
 
 }  // namespace memattn::testing

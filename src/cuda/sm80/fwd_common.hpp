@@ -14,7 +14,8 @@ namespace memattn::cuda::sm80 {
 // Per-launch features, so the common case carries no bias or dropout code. kBiasTile (with kBias)
 // reads the bias through a shared-memory tile loaded with 16-byte cp.async, instead of one global
 // load per score; it needs a bias with unit column stride and 16-byte aligned rows and pointer.
-enum Features : unsigned { kPlain = 0, kBias = 1, kDropout = 2, kBiasTile = 4 };
+// kDropoutPaired (with kDropout) shares each Philox call between two lanes (apply_dropout_rows_paired).
+enum Features : unsigned { kPlain = 0, kBias = 1, kDropout = 2, kBiasTile = 4, kDropoutPaired = 8 };
 
 template <class Element>
 __device__ __forceinline__ const Element* element_ptr(const void* base, std::int64_t offset) {

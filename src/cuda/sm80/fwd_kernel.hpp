@@ -177,8 +177,11 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
 
     Tensor acc_s_rc = rowcol(acc_s);
     softmax.update(acc_s_rc, acc_o_rc);
-    if constexpr ((kFeatures & kDropout) != 0)
+    if constexpr ((kFeatures & kDropout) != 0 && (kFeatures & kDropoutPaired) != 0) {
+      if (p.dropout) apply_dropout_rows_paired(p, origin, acc_s, tScS);
+    } else if constexpr ((kFeatures & kDropout) != 0) {
       if (p.dropout) apply_dropout_rows(p, origin, acc_s, tScS);
+    }
     Tensor p_frag = convert_fragment<Element>(acc_s);
     Tensor tOrP = cute::make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
     CUTE_UNROLL

@@ -219,6 +219,47 @@ __device__ __forceinline__ void apply_dropout_rows(const FwdParams& p, const Til
   }
 }
 
+// apply_dropout_rows with half the Philox calls. In an m16n8 fragment, lanes t and t ^ 1 hold the
+// same two rows (r and r + 8) and the two halves of one 4-key group, so both need the same two
+// Philox results. The lane holding keys 0-1 of the group computes row r, its partner row r + 8,
+// and each passes the other the two words it needs (two shuffles). Same words, same mask; every
+// lane of the warp must take part.
+template <class Probs, class Coords>
+__device__ __forceinline__ void apply_dropout_rows_paired(const FwdParams& p, const TileOrigin& t, Probs& prob,
+                                                          const Coords& coord) {
+  Tensor p_rc = rowcol(prob);
+  Tensor c_rc = rowcol(coord);
+  static_assert(decltype(size<0>(p_rc))::value % 2 == 0);
+  const detail::DropoutKey key{p.seed_lo, p.seed_hi, p.dropout_offset, p.dropout_threshold};
+  const std::uint32_t bh = std::uint32_t(std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h));
+  const int row0 = get<0>(c_rc(0, 0));
+  const std::uint32_t i0 = std::uint32_t(t.m0) + std::uint32_t(row0);
+  const std::uint32_t j0 = std::uint32_t(std::uint64_t(t.n0) >> 2);  // t.n0 % 4 == 0
+  CUTE_UNROLL
+  for (int m = 0; m < size<0>(p_rc); m += 2) {  // rowcol rows m and m + 1: fragment rows r and r + 8
+    const std::uint32_t i_lo = i0 + std::uint32_t(get<0>(c_rc(m, 0)) - row0);
+    const std::uint32_t i_hi = i0 + std::uint32_t(get<0>(c_rc(m + 1, 0)) - row0);
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(p_rc); c += 2) {
+      const int col = get<1>(c_rc(0, c));  // even; (col & 2) tells which half of the 4-key group
+      const bool upper = (col & 2) != 0;
+      const detail::Philox4 w = detail::philox4x32_10(
+          detail::Philox4{j0 + std::uint32_t(col >> 2), upper ? i_hi : i_lo, bh, key.c3}, key.k0, key.k1);
+      const std::uint32_t own0 = upper ? w.z : w.x, own1 = upper ? w.w : w.y;
+      const std::uint32_t got0 = __shfl_xor_sync(0xffffffffu, upper ? w.x : w.z, 1);
+      const std::uint32_t got1 = __shfl_xor_sync(0xffffffffu, upper ? w.y : w.w, 1);
+      // The lower lane now has row r (own) and row r + 8 (got) for keys 0-1 of the group; the
+      // upper lane row r + 8 (own) and row r (got) for keys 2-3.
+      const std::uint32_t lo0 = upper ? got0 : own0, lo1 = upper ? got1 : own1;
+      const std::uint32_t hi0 = upper ? own0 : got0, hi1 = upper ? own1 : got1;
+      if (lo0 < key.threshold) p_rc(m, c) = 0.0f;
+      if (lo1 < key.threshold) p_rc(m, c + 1) = 0.0f;
+      if (hi0 < key.threshold) p_rc(m + 1, c) = 0.0f;
+      if (hi1 < key.threshold) p_rc(m + 1, c + 1) = 0.0f;
+    }
+  }
+}
+
 // Whether dropout keeps element (i, j) of head row bh (one Philox call per element).
 __device__ __forceinline__ bool dropout_keeps(const FwdParams& p, std::uint64_t bh, std::int64_t i, std::int64_t j) {
   const detail::DropoutKey key{p.seed_lo, p.seed_hi, p.dropout_offset, p.dropout_threshold};
