@@ -46,8 +46,9 @@ SM80_FEATURED_EXTRA_TILES = {
 # Buckets with rows that read the bias through a shared-memory tile (features "full", the
 # featured tile, 16-byte loads). Experimental until verified on a GPU.
 SM80_BIAS_TILE_BUCKETS = (64, 128)
-# Buckets with rows whose dropout shares each Philox call between two lanes (half the Philox
-# work, two shuffles; same masks). Experimental until verified on a GPU.
+# Buckets with rows whose dropout shares each Philox call between the lanes that need its words
+# (forward: half the Philox work; backward, which called it per element: a quarter). Same masks.
+# Experimental until verified on a GPU.
 SM80_DROPOUT_PAIRED_BUCKETS = (64, 128)
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
@@ -166,6 +167,11 @@ def backward_rows():
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", loads, full, full))
     bm, bn, warps = SM80_BACKWARD_GLOBAL_TILE
     rows.append(Row(80, "bwd", "fp32", GLOBAL_HEAD_DIM, bm, bn, warps, "global", "element", True, True, math="ffma"))
+    bm, bn, warps = SM80_BACKWARD_TILE
+    for dtype in ("bf16", "fp16"):
+        for head_dim in SM80_DROPOUT_PAIRED_BUCKETS:
+            rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
+                            dropout_paired=True, experimental=True))
     # One-kernel rows (dQ by atomics), experimental: the buckets the suite measures.
     bm, bn, warps = SM80_BACKWARD_TILE
     for dtype in ("bf16", "fp16"):

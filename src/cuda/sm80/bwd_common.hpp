@@ -78,6 +78,76 @@ __device__ __forceinline__ void load_row_stats(const BwdParams& p, const Sequenc
   }
 }
 
+// The dropout decisions of one m16n8 accumulator fragment as bits (bit e: element e is kept),
+// with each Philox call shared by the lanes that need its words (kDropoutPaired). Elements whose
+// coordinates lie past the tile's sequence get arbitrary bits (they are masked anyway).
+// - Query rows (kKeyRows false, the dQ kernel): lanes t and t ^ 1 hold the same rows r, r + 8 and
+//   the two halves of a 4-key group: each computes one row's words and passes two to the other.
+// - Key rows (kKeyRows true, the dK/dV kernels): lanes t, t + 4, t + 8, t + 12 (same t % 4) hold
+//   the 4 keys of one group for the same two queries, in rows k and k + 8: the four counters
+//   (key group of k or k + 8, query q0 or q0 + 1) are computed one per lane, and each lane collects
+//   its word (k % 4) of all four with three shuffles.
+template <bool kKeyRows, class FragLayout, class Coords>
+__device__ __forceinline__ std::uint64_t dropout_keep_bits(const BwdParams& p, const TileOrigin& t,
+                                                           FragLayout frag, const Coords& coord) {
+  Tensor c_rc = rowcol(coord);
+  static_assert(decltype(size(coord))::value <= 64 && decltype(size<0>(c_rc))::value % 2 == 0);
+  const auto index = rowcol_layout(frag);  // (row, col) -> element e of the register fragment
+  const detail::DropoutKey key{p.seed_lo, p.seed_hi, p.dropout_offset, p.dropout_threshold};
+  const std::uint32_t bh = std::uint32_t(std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h));
+  const std::uint32_t i0 = std::uint32_t(t.m0), j0 = std::uint32_t(std::uint64_t(t.n0) >> 2);  // t.n0 % 4 == 0
+  std::uint64_t bits = 0;
+  const auto set = [&](int r, int c, std::uint32_t word) {
+    if (word >= key.threshold) bits |= std::uint64_t(1) << index(r, c);
+  };
+  CUTE_UNROLL
+  for (int m = 0; m < size<0>(c_rc); m += 2) {  // rowcol rows m and m + 1: fragment rows r and r + 8
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(c_rc); c += 2) {
+      const int row = get<0>(c_rc(m, c)), col = get<1>(c_rc(m, c));  // tile coordinates, col even
+      if constexpr (!kKeyRows) {
+        const bool upper = (col & 2) != 0;
+        const std::uint32_t i = i0 + std::uint32_t(upper ? get<0>(c_rc(m + 1, c)) : row);
+        const detail::Philox4 w =
+            detail::philox4x32_10(detail::Philox4{j0 + std::uint32_t(col >> 2), i, bh, key.c3}, key.k0, key.k1);
+        const std::uint32_t own0 = upper ? w.z : w.x, own1 = upper ? w.w : w.y;
+        const std::uint32_t got0 = __shfl_xor_sync(0xffffffffu, upper ? w.x : w.z, 1);
+        const std::uint32_t got1 = __shfl_xor_sync(0xffffffffu, upper ? w.y : w.w, 1);
+        set(m, c, upper ? got0 : own0);
+        set(m, c + 1, upper ? got1 : own1);
+        set(m + 1, c, upper ? own0 : got0);
+        set(m + 1, c + 1, upper ? own1 : got1);
+      } else {
+        // Rows are keys: row (k) and row + 8; columns queries col, col + 1. Counter q of the four:
+        // key group of row (q < 2) or row + 8, query col + (q & 1).
+        const int lane = int(threadIdx.x % 32), s = row & 3;
+        const int q = s;  // this lane computes counter s
+        const std::uint32_t jg = j0 + std::uint32_t((row + (q < 2 ? 0 : 8)) >> 2);
+        const detail::Philox4 w = detail::philox4x32_10(
+            detail::Philox4{jg, i0 + std::uint32_t(col + (q & 1)), bh, key.c3}, key.k0, key.k1);
+        const auto word = [&](int k) { return k == 0 ? w.x : k == 1 ? w.y : k == 2 ? w.z : w.w; };
+        std::uint32_t mine[4];  // word s of counters 0..3
+        CUTE_UNROLL
+        for (int d = 0; d < 4; ++d) {
+          // Round d: this lane reads counter (s + d) & 3 from the lane that computed it, which
+          // sends word (its s - d) & 3, the one this lane needs.
+          const int src = (lane & ~12) | (((s + d) & 3) << 2);
+          const std::uint32_t got = d == 0 ? word(s) : __shfl_sync(0xffffffffu, word((s - d) & 3), src);
+          const int counter = (s + d) & 3;
+          CUTE_UNROLL
+          for (int k = 0; k < 4; ++k)
+            if (k == counter) mine[k] = got;
+        }
+        set(m, c, mine[0]);
+        set(m, c + 1, mine[1]);
+        set(m + 1, c, mine[2]);
+        set(m + 1, c + 1, mine[3]);
+      }
+    }
+  }
+  return bits;
+}
+
 // With s the raw scores Q K^T and dp the raw dO V^T of one tile (either way round, see
 // query_key): s <- P * Z / (1 - p) (what dV needs) and dp <- dS = P * (Z / (1 - p) * dO V^T - delta).
 // lse2 and delta are the tile's staged row statistics (indexed by query - m0). When dbias is
@@ -90,6 +160,9 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   transform_scores<Element, (kFeatures & kBias) != 0, kKeyRows>(p, rule, t, masked, s, coord);
   const bool dropout = (kFeatures & kDropout) != 0 && p.dropout;
   const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
+  [[maybe_unused]] std::uint64_t keep_bits = 0;
+  if constexpr ((kFeatures & kDropout) != 0 && (kFeatures & kDropoutPaired) != 0)
+    if (dropout) keep_bits = dropout_keep_bits<kKeyRows>(p, t, s.layout(), coord);
   char* dbias = nullptr;
   float* accum = nullptr;
   if (kWriteDbias && p.dbias) {
@@ -106,7 +179,10 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     query_key<kKeyRows>(t, coord, e, &i, &j);
     const int r = int(i - t.m0);
     const float prob = fast_exp2(s(e) - lse2[r]);
-    const float z = !dropout ? 1.0f : dropout_keeps(p, bh, i, j) ? p.dropout_scale : 0.0f;
+    bool keep = true;
+    if constexpr ((kFeatures & kDropoutPaired) != 0) keep = !dropout || ((keep_bits >> e) & 1) != 0;
+    else keep = !dropout || dropout_keeps(p, bh, i, j);
+    const float z = keep ? (dropout ? p.dropout_scale : 1.0f) : 0.0f;
     const float ds = prob * (z * dp(e) - delta[r]);
     s(e) = prob * z;
     dp(e) = ds;

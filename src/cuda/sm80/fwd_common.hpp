@@ -14,7 +14,8 @@ namespace memattn::cuda::sm80 {
 // Per-launch features, so the common case carries no bias or dropout code. kBiasTile (with kBias)
 // reads the bias through a shared-memory tile loaded with 16-byte cp.async, instead of one global
 // load per score; it needs a bias with unit column stride and 16-byte aligned rows and pointer.
-// kDropoutPaired (with kDropout) shares each Philox call between two lanes (apply_dropout_rows_paired).
+// kDropoutPaired (with kDropout) shares each Philox call between the lanes of a warp that need its
+// words (apply_dropout_rows_paired, dropout_keep_bits); MMA-fragment kernels only.
 enum Features : unsigned { kPlain = 0, kBias = 1, kDropout = 2, kBiasTile = 4, kDropoutPaired = 8 };
 
 template <class Element>
