@@ -219,45 +219,86 @@ __device__ __forceinline__ void apply_dropout_rows(const FwdParams& p, const Til
   }
 }
 
-// apply_dropout_rows with half the Philox calls. In an m16n8 fragment, lanes t and t ^ 1 hold the
-// same two rows (r and r + 8) and the two halves of one 4-key group, so both need the same two
-// Philox results. The lane holding keys 0-1 of the group computes row r, its partner row r + 8,
-// and each passes the other the two words it needs (two shuffles). Same words, same mask; every
-// lane of the warp must take part.
+// The dropout decisions of one m16n8 accumulator fragment as bits (bit e: element e is kept),
+// with each Philox call shared by the lanes that need its words (kDropoutPaired). Elements whose
+// coordinates lie past the tile's sequence get arbitrary bits (they are masked anyway).
+// - Query rows (kKeyRows false: the forward and the dQ kernel): lanes t and t ^ 1 hold the same rows r, r + 8 and
+//   the two halves of a 4-key group: each computes one row's words and passes two to the other.
+// - Key rows (kKeyRows true, the dK/dV kernels): lanes t, t + 4, t + 8, t + 12 (same t % 4) hold
+//   the 4 keys of one group for the same two queries, in rows k and k + 8: the four counters
+//   (key group of k or k + 8, query q0 or q0 + 1) are computed one per lane, and each lane collects
+//   its word (k % 4) of all four with three shuffles.
+template <bool kKeyRows, class FragLayout, class Coords>
+__device__ __forceinline__ std::uint64_t dropout_keep_bits(const FwdParams& p, const TileOrigin& t,
+                                                           FragLayout frag, const Coords& coord) {
+  Tensor c_rc = rowcol(coord);
+  static_assert(decltype(size(coord))::value <= 64 && decltype(size<0>(c_rc))::value % 2 == 0);
+  const auto index = rowcol_layout(frag);  // (row, col) -> element e of the register fragment
+  const detail::DropoutKey key{p.seed_lo, p.seed_hi, p.dropout_offset, p.dropout_threshold};
+  const std::uint32_t bh = std::uint32_t(std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h));
+  const std::uint32_t i0 = std::uint32_t(t.m0), j0 = std::uint32_t(std::uint64_t(t.n0) >> 2);  // t.n0 % 4 == 0
+  std::uint64_t bits = 0;
+  const auto set = [&](int r, int c, std::uint32_t word) {
+    if (word >= key.threshold) bits |= std::uint64_t(1) << index(r, c);
+  };
+  CUTE_UNROLL
+  for (int m = 0; m < size<0>(c_rc); m += 2) {  // rowcol rows m and m + 1: fragment rows r and r + 8
+    CUTE_UNROLL
+    for (int c = 0; c < size<1>(c_rc); c += 2) {
+      const int row = get<0>(c_rc(m, c)), col = get<1>(c_rc(m, c));  // tile coordinates, col even
+      if constexpr (!kKeyRows) {
+        const bool upper = (col & 2) != 0;
+        const std::uint32_t i = i0 + std::uint32_t(upper ? get<0>(c_rc(m + 1, c)) : row);
+        const detail::Philox4 w =
+            detail::philox4x32_10(detail::Philox4{j0 + std::uint32_t(col >> 2), i, bh, key.c3}, key.k0, key.k1);
+        const std::uint32_t own0 = upper ? w.z : w.x, own1 = upper ? w.w : w.y;
+        const std::uint32_t got0 = __shfl_xor_sync(0xffffffffu, upper ? w.x : w.z, 1);
+        const std::uint32_t got1 = __shfl_xor_sync(0xffffffffu, upper ? w.y : w.w, 1);
+        set(m, c, upper ? got0 : own0);
+        set(m, c + 1, upper ? got1 : own1);
+        set(m + 1, c, upper ? own0 : got0);
+        set(m + 1, c + 1, upper ? own1 : got1);
+      } else {
+        // Rows are keys: row (k) and row + 8; columns queries col, col + 1. Counter q of the four:
+        // key group of row (q < 2) or row + 8, query col + (q & 1).
+        constexpr int kKeyInGroupBits = 0b1100;  // lane bits 2-3: which key of the 4-key group
+        const int lane = int(threadIdx.x % 32), s = row & 3;
+        const int q = s;  // this lane computes counter s
+        const std::uint32_t jg = j0 + std::uint32_t((row + (q < 2 ? 0 : 8)) >> 2);
+        const detail::Philox4 w = detail::philox4x32_10(
+            detail::Philox4{jg, i0 + std::uint32_t(col + (q & 1)), bh, key.c3}, key.k0, key.k1);
+        const auto word = [&](int k) { return k == 0 ? w.x : k == 1 ? w.y : k == 2 ? w.z : w.w; };
+        std::uint32_t mine[4];  // word s of counters 0..3
+        CUTE_UNROLL
+        for (int d = 0; d < 4; ++d) {
+          // Round d: this lane reads counter (s + d) & 3 from the lane that computed it, which
+          // sends word (its s - d) & 3, the one this lane needs.
+          const int src = (lane & ~kKeyInGroupBits) | (((s + d) & 3) << 2);
+          const std::uint32_t got = d == 0 ? word(s) : __shfl_sync(0xffffffffu, word((s - d) & 3), src);
+          const int counter = (s + d) & 3;
+          CUTE_UNROLL
+          for (int k = 0; k < 4; ++k)
+            if (k == counter) mine[k] = got;
+        }
+        set(m, c, mine[0]);
+        set(m, c + 1, mine[1]);
+        set(m + 1, c, mine[2]);
+        set(m + 1, c + 1, mine[3]);
+      }
+    }
+  }
+  return bits;
+}
+
+// apply_dropout_rows with each Philox call shared by the lanes that need its words
+// (dropout_keep_bits): half the calls.
 template <class Probs, class Coords>
 __device__ __forceinline__ void apply_dropout_rows_paired(const FwdParams& p, const TileOrigin& t, Probs& prob,
                                                           const Coords& coord) {
-  Tensor p_rc = rowcol(prob);
-  Tensor c_rc = rowcol(coord);
-  static_assert(decltype(size<0>(p_rc))::value % 2 == 0);
-  const detail::DropoutKey key{p.seed_lo, p.seed_hi, p.dropout_offset, p.dropout_threshold};
-  const std::uint32_t bh = std::uint32_t(std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h));
-  const int row0 = get<0>(c_rc(0, 0));
-  const std::uint32_t i0 = std::uint32_t(t.m0) + std::uint32_t(row0);
-  const std::uint32_t j0 = std::uint32_t(std::uint64_t(t.n0) >> 2);  // t.n0 % 4 == 0
+  const std::uint64_t keep = dropout_keep_bits<false>(p, t, prob.layout(), coord);
   CUTE_UNROLL
-  for (int m = 0; m < size<0>(p_rc); m += 2) {  // rowcol rows m and m + 1: fragment rows r and r + 8
-    const std::uint32_t i_lo = i0 + std::uint32_t(get<0>(c_rc(m, 0)) - row0);
-    const std::uint32_t i_hi = i0 + std::uint32_t(get<0>(c_rc(m + 1, 0)) - row0);
-    CUTE_UNROLL
-    for (int c = 0; c < size<1>(p_rc); c += 2) {
-      const int col = get<1>(c_rc(0, c));  // even; (col & 2) tells which half of the 4-key group
-      const bool upper = (col & 2) != 0;
-      const detail::Philox4 w = detail::philox4x32_10(
-          detail::Philox4{j0 + std::uint32_t(col >> 2), upper ? i_hi : i_lo, bh, key.c3}, key.k0, key.k1);
-      const std::uint32_t own0 = upper ? w.z : w.x, own1 = upper ? w.w : w.y;
-      const std::uint32_t got0 = __shfl_xor_sync(0xffffffffu, upper ? w.x : w.z, 1);
-      const std::uint32_t got1 = __shfl_xor_sync(0xffffffffu, upper ? w.y : w.w, 1);
-      // The lower lane now has row r (own) and row r + 8 (got) for keys 0-1 of the group; the
-      // upper lane row r + 8 (own) and row r (got) for keys 2-3.
-      const std::uint32_t lo0 = upper ? got0 : own0, lo1 = upper ? got1 : own1;
-      const std::uint32_t hi0 = upper ? own0 : got0, hi1 = upper ? own1 : got1;
-      if (lo0 < key.threshold) p_rc(m, c) = 0.0f;
-      if (lo1 < key.threshold) p_rc(m, c + 1) = 0.0f;
-      if (hi0 < key.threshold) p_rc(m + 1, c) = 0.0f;
-      if (hi1 < key.threshold) p_rc(m + 1, c + 1) = 0.0f;
-    }
-  }
+  for (int e = 0; e < size(prob); ++e)
+    if (((keep >> e) & 1) == 0) prob(e) = 0.0f;
 }
 
 // Whether dropout keeps element (i, j) of head row bh (one Philox call per element).
