@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/mask.hpp"
 #include "cuda/fwd_params.hpp"
 
 namespace memattn::cuda {
@@ -40,6 +41,12 @@ __device__ __forceinline__ SequenceInfo sequence_info(const Params& p, int b) {
   s.k_begin = p.seqstart_k[b];
   s.k_len = p.seqused_k ? p.seqused_k[b] : p.seqstart_k[b + 1] - s.k_begin;
   return s;
+}
+
+// The problem's mask (causal alignment, window) on one sequence's query and key lengths.
+template <class Params>
+__device__ __forceinline__ detail::MaskRule mask_rule(const Params& p, const SequenceInfo& seq) {
+  return detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
 }
 
 }  // namespace memattn::cuda

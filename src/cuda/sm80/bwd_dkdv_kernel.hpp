@@ -101,8 +101,7 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
   const std::int64_t n0 = std::int64_t(work.n_block) * kKeys;
   if (n0 >= seq.k_len) return;
   const int keys = int(min(std::int64_t(kKeys), seq.k_len - n0));
-  const detail::MaskRule rule =
-      detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+  const detail::MaskRule rule = mask_rule(p, seq);
   std::int64_t query_begin = 0, query_end = 0;
   rule.query_range(n0, n0 + keys, seq.q_len, &query_begin, &query_end);
 

@@ -40,8 +40,7 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
   const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
   if (m0 >= seq.q_len) return;
   const int rows = int(min(std::int64_t(kBlockM), seq.q_len - m0));
-  const detail::MaskRule rule =
-      detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+  const detail::MaskRule rule = mask_rule(p, seq);
   std::int64_t key_begin = 0, key_end = 0;
   rule.key_range(m0, m0 + rows, &key_begin, &key_end);
   const int hk = work.h / p.group;

@@ -142,8 +142,7 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
   const std::int64_t n0 = std::int64_t(work.n_block) * kRows;
   if (n0 >= seq.k_len) return;
   const int keys = int(min(std::int64_t(kRows), seq.k_len - n0));
-  const detail::MaskRule rule =
-      detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+  const detail::MaskRule rule = mask_rule(p, seq);
   std::int64_t query_begin = 0, query_end = 0;
   rule.query_range(n0, n0 + keys, seq.q_len, &query_begin, &query_end);
   const int q_tiles = query_end > query_begin ? int((query_end - query_begin + kRows - 1) / kRows) : 0;
@@ -265,8 +264,7 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
   const std::int64_t m0 = std::int64_t(work.m_block) * kRows;
   if (m0 >= seq.q_len) return;
   const int rows = int(min(std::int64_t(kRows), seq.q_len - m0));
-  const detail::MaskRule rule =
-      detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+  const detail::MaskRule rule = mask_rule(p, seq);
   std::int64_t key_begin = 0, key_end = 0;
   rule.key_range(m0, m0 + rows, &key_begin, &key_end);
   const int n_first = int(key_begin / kRows);

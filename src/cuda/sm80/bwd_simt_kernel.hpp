@@ -108,8 +108,7 @@ __device__ void dkdv_simt_tile(const BwdParams& p, const KvWorkItem& work, float
   const std::int64_t n0 = std::int64_t(work.n_block) * kTile;
   if (n0 >= seq.k_len) return;
   const int keys = int(min(std::int64_t(kTile), seq.k_len - n0));
-  const detail::MaskRule rule =
-      detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+  const detail::MaskRule rule = mask_rule(p, seq);
   std::int64_t query_begin = 0, query_end = 0;
   rule.query_range(n0, n0 + keys, seq.q_len, &query_begin, &query_end);
 
@@ -175,8 +174,7 @@ __device__ void dq_simt_tile(const BwdParams& p, const WorkItem& work, float* sm
   const std::int64_t m0 = std::int64_t(work.m_block) * kTile;
   if (m0 >= seq.q_len) return;
   const int rows = int(min(std::int64_t(kTile), seq.q_len - m0));
-  const detail::MaskRule rule =
-      detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+  const detail::MaskRule rule = mask_rule(p, seq);
   std::int64_t key_begin = 0, key_end = 0;
   rule.key_range(m0, m0 + rows, &key_begin, &key_end);
   if (key_begin >= key_end) return;  // dQ stays zero

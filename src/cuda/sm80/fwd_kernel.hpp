@@ -37,8 +37,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   const int rows = int(min(std::int64_t(kBlockM), seq.q_len - m0));
   std::int64_t key_begin = 0, key_end = 0;
   {
-    const detail::MaskRule rule =
-        detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+    const detail::MaskRule rule = mask_rule(p, seq);
     rule.key_range(m0, m0 + rows, &key_begin, &key_end);
   }
   if (key_begin >= key_end) {
@@ -49,8 +48,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   // Key tiles [n_full_lo, n_full_hi] need no mask (every element visible, no key past k_len).
   int n_full_lo, n_full_hi;
   {
-    const detail::MaskRule rule =
-        detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+    const detail::MaskRule rule = mask_rule(p, seq);
     const std::int64_t lo = rule.first_key(m0 + rows - 1);             // tile_visible: first_key(i1 - 1) <= j0
     const std::int64_t hi = min(rule.end_key(m0), seq.k_len);          // j1 <= end_key(i0) and j1 <= k_len
     n_full_lo = int((lo + kBlockN - 1) / kBlockN);
@@ -159,8 +157,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     // Tile coordinates of every score element, for mask, bias and dropout.
     Tensor tScS = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
     const SequenceInfo lseq{0, 0, opaque(seq.q_len), 0, opaque(seq.k_len)};
-    const detail::MaskRule rule =
-        detail::MaskRule::make(lseq.q_len, lseq.k_len, p.window_left, p.window_right, p.bottom_right);
+    const detail::MaskRule rule = mask_rule(p, lseq);
     const TileOrigin origin{work.b, work.h, opaque(m0), n0, lseq.q_len, lseq.k_len};
     SharedBias shared_bias;
     if constexpr (kTileBias)
