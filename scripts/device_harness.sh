@@ -8,6 +8,7 @@
 #   python    pip install . (offline, for the GPU present; PIP_ARGS adds -C options) and the PyTorch
 #             op's tests
 #   bench     the benchmark suite (bench/bench.py) against PyTorch SDPA's backends
+#   ab        row A/Bs (scripts/ab_rows.sh), one per line of the file AB_FILE: pass "ROWS" flags
 # Logs and tables go to $OUT (at most 8 files come back from the device machine: summary, build,
 # tests, sanitizer, run (with the bench log), python logs, bench.md, bench.json).
 set -uo pipefail
@@ -86,5 +87,13 @@ if has bench; then
     --iters "${BENCH_ITERS:-20}" ${BENCH_ARGS:-} >>"$out/run.log" 2>&1
   note "bench: exit $?"
   tail -n 3 "$out/run.log"
+fi
+if has ab; then
+  while read -r line; do
+    [[ -z $line || $line == \#* ]] && continue
+    echo "== $line"
+    eval "MEMATTN_BIN=$build/bin/memattn scripts/ab_rows.sh $line" </dev/null
+  done <"${AB_FILE:?AB_FILE names the A/B list}" >"$out/ab.log" 2>&1
+  note "ab ($AB_FILE): $(grep -c '^==' "$out/ab.log") problems"
 fi
 cat "$summary"

@@ -66,6 +66,14 @@ ELEMENT_TYPES = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t"}
 # buckets above 128 do not fit in registers with this design.
 SM80_BACKWARD_BUCKETS = (32, 64, 96, 128)
 SM80_BACKWARD_TILE = (64, 64, 4)
+# Alternative backward tiles (queries, keys, dK/dV warps), plain rows compiled after the bucket's
+# default like SM80_EXTRA_TILES. The dK/dV kernel gives each of its warps 16 keys; the dQ kernel
+# gives each warp 16 queries (queries / 16 warps). More keys per CTA halve the Q and dO traffic
+# per FLOP, more queries per CTA that of K and V, and both halve the barriers per FLOP.
+SM80_BACKWARD_EXTRA_TILES = {
+    64: ((128, 128, 8),),
+    128: ((64, 128, 8),),
+}
 # Buckets with one-kernel rows: the dK/dV kernel adds dQ with fp32 atomics (no dQ kernel, not
 # deterministic). Experimental until verified on a GPU.
 SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
@@ -165,6 +173,8 @@ def backward_rows():
             for loads, features in (("vector16", "plain"), ("vector16", "full"), ("element", "full")):
                 full = features == "full"
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", loads, full, full))
+            for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_EXTRA_TILES.get(head_dim, ()), start=1):
+                rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
     bm, bn, warps = SM80_BACKWARD_GLOBAL_TILE
     rows.append(Row(80, "bwd", "fp32", GLOBAL_HEAD_DIM, bm, bn, warps, "global", "element", True, True, math="ffma"))
     bm, bn, warps = SM80_BACKWARD_TILE
@@ -213,7 +223,8 @@ def template_args(r):
         return (f"sm80::GlobalBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.warps}, {SM80_BACKWARD_GACC_TILE[3]}, "
                 f"{loads}>, {features}")
     if r.pass_ == "bwd":
-        dq = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}, {loads}>"
+        dq_warps = r.block_m // 16  # the dQ kernel: 16 queries per warp; r.warps is the dK/dV kernel's
+        dq = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {dq_warps}, {loads}>"
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
         return f"{dq}, {dkdv}, {features}"
     if r.dtype == "fp32":
