@@ -43,13 +43,20 @@ SM80_FEATURED_EXTRA_TILES = {
     128: ((128, 64, 8),),
     256: ((64, 64, 4),),
 }
-# Buckets with rows that read the bias through a shared-memory tile (features "full", the
-# featured tile, 16-byte loads). Experimental until verified on a GPU.
-SM80_BIAS_TILE_BUCKETS = (64, 128)
-# Buckets with rows whose dropout shares each Philox call between the lanes that need its words
-# (forward: half the Philox work; backward, which called it per element: a quarter). Same masks.
-# Experimental until verified on a GPU.
-SM80_DROPOUT_PAIRED_BUCKETS = (64, 128)
+# The featured rows with 16-byte loads share each dropout Philox call between the lanes that need
+# its words (the same masks, checked bit for bit per row): forward +3% (D = 128) and +8% (D = 64),
+# backward, which called Philox once per element before, +31% (H100, 2026-11-22). Buckets with a
+# row in front of them that reads the bias through a shared-memory tile (16-byte cp.async instead
+# of one 2-byte global load per score; needs an aligned, unit-stride bias): D = 128 75 -> 100,
+# D = 64 35 -> 59 TFLOP/s with a dense bias (H100, 2026-11-22).
+SM80_BIAS_TILE_BUCKETS = (64, 128, 256)
+# Rows carrying the code of one feature only (bias through the shared-memory tile, or paired
+# dropout), experimental until verified and measured. Forward: on the plain rows' tile, where it
+# does not spill (at D = 128 the 128 x 64 4-warp tile spills 1-2 KB with either feature, which is
+# why the featured row there is 64 x 64). Backward: dropout without the bias code spills 16-32 B
+# instead of 556 B in the dK/dV kernel (D = 128).
+SM80_SINGLE_FEATURE_BUCKETS = (64, 256)
+SM80_BACKWARD_DROPOUT_ONLY_BUCKETS = (64, 128)
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200, 2026-11-22); 128 queries gained nothing.
@@ -108,11 +115,11 @@ class Row:
     experimental: bool = False  # not yet verified on a GPU: chosen only when forced (MEMATTN_KERNEL)
     atomics: bool = False  # backward: dQ added with fp32 atomics by the dK/dV kernel (not deterministic)
     bias_tile: bool = False  # forward: bias through a shared-memory tile (needs an aligned, unit-stride bias)
-    dropout_paired: bool = False  # forward: each Philox call serves two lanes
+    dropout_paired: bool = False  # each dropout Philox call serves the lanes that need its words
 
     @property
     def features(self):
-        return "full" if self.bias or self.dropout else "plain"
+        return {(False, False): "plain", (True, False): "bias", (False, True): "drop"}.get((self.bias, self.dropout), "full")
 
     @property
     def name(self):
@@ -127,31 +134,36 @@ class Row:
 
     def sort_key(self):
         # Newer family first; then the smallest bucket that fits; aligned loads before element
-        # loads; tensor cores before CUDA cores; kernels without feature code before those with it.
+        # loads; tensor cores before CUDA cores; the least feature code that covers the problem
+        # (none, one feature, both); a bias tile before per-element bias reads (the dispatcher
+        # passes over it when the bias cannot be tiled).
+        feature_rank = {"plain": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
         return (self.experimental, -self.family, self.accumulator != "registers", self.head_dim,
-                self.loads != "vector16", self.math != "mma", self.features != "plain", self.atomics, self.bias_tile,
-                self.dropout_paired, self.variant)
+                self.loads != "vector16", self.math != "mma", feature_rank, self.atomics, not self.bias_tile,
+                self.variant)
 
 
 def all_rows():
     rows = []
     for dtype in ("bf16", "fp16"):
         for head_dim, tiles in SM80_REGISTER_TILES.items():
-            for tile, (loads, features) in enumerate((("vector16", "plain"), ("vector16", "full"), ("element", "full"))):
-                full = features == "full"
-                bm, bn, warps = tiles[tile]
-                rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", loads, full, full))
+            (pm, pn, pw), (fm, fn, fw), (em, en, ew) = tiles
+            rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, False))
+            rows.append(Row(80, "fwd", dtype, head_dim, fm, fn, fw, "registers", "vector16", True, True,
+                            dropout_paired=True))
+            rows.append(Row(80, "fwd", dtype, head_dim, em, en, ew, "registers", "element", True, True))
             for variant, (xm, xn, xw) in enumerate(SM80_EXTRA_TILES.get(head_dim, ()), start=1):
                 rows.append(Row(80, "fwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
             for variant, (xm, xn, xw) in enumerate(SM80_FEATURED_EXTRA_TILES.get(head_dim, ()), start=1):
-                rows.append(Row(80, "fwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", True, True, variant))
+                rows.append(Row(80, "fwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", True, True, variant,
+                                dropout_paired=True))
             if head_dim in SM80_BIAS_TILE_BUCKETS:
-                bm, bn, warps = tiles[1]
-                rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
+                rows.append(Row(80, "fwd", dtype, head_dim, fm, fn, fw, "registers", "vector16", True, True,
+                                bias_tile=True, dropout_paired=True))
+            if head_dim in SM80_SINGLE_FEATURE_BUCKETS:
+                rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", True, False,
                                 bias_tile=True, experimental=True))
-            if head_dim in SM80_DROPOUT_PAIRED_BUCKETS:
-                bm, bn, warps = tiles[1]
-                rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
+                rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, True,
                                 dropout_paired=True, experimental=True))
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
@@ -170,18 +182,17 @@ def backward_rows():
     bm, bn, warps = SM80_BACKWARD_TILE
     for dtype in ("bf16", "fp16"):
         for head_dim in SM80_BACKWARD_BUCKETS:
-            for loads, features in (("vector16", "plain"), ("vector16", "full"), ("element", "full")):
-                full = features == "full"
-                rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", loads, full, full))
+            rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False))
+            rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
+                            dropout_paired=True))
+            rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "element", True, True))
             for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_EXTRA_TILES.get(head_dim, ()), start=1):
                 rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
+            if head_dim in SM80_BACKWARD_DROPOUT_ONLY_BUCKETS:
+                rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, True,
+                                dropout_paired=True, experimental=True))
     bm, bn, warps = SM80_BACKWARD_GLOBAL_TILE
     rows.append(Row(80, "bwd", "fp32", GLOBAL_HEAD_DIM, bm, bn, warps, "global", "element", True, True, math="ffma"))
-    bm, bn, warps = SM80_BACKWARD_TILE
-    for dtype in ("bf16", "fp16"):
-        for head_dim in SM80_DROPOUT_PAIRED_BUCKETS:
-            rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
-                            dropout_paired=True, experimental=True))
     # One-kernel rows (dQ by atomics), experimental: the buckets the suite measures.
     bm, bn, warps = SM80_BACKWARD_TILE
     for dtype in ("bf16", "fp16"):

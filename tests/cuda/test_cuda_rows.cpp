@@ -37,14 +37,16 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// Row names: <pass>_sm<family>_<dtype>_d<bucket>_m<M>n<N>w<W>[_gacc]_<vec|elem>_<plain|full>.
+// Row names: <pass>_sm<family>_<dtype>_d<bucket>_m<M>n<N>w<W>[_gacc...]_<vec|elem>_<plain|bias|drop|full>
+// (full: bias and dropout code).
 bool row_case(const std::string& name, RowCase* c) {
   const std::vector<std::string> t = split(name, '_');
   if (t.size() < 7 || t[3].empty() || t[3][0] != 'd') return false;
   const std::string& dtype = t[2];
   const int bucket = std::atoi(t[3].c_str() + 1);
   const bool element_loads = t[t.size() - 2] == "elem";
-  const bool features = t.back() == "full";
+  const bool bias = t.back() == "full" || t.back() == "bias";
+  const bool dropout = t.back() == "full" || t.back() == "drop";
   // The any-D rows get a head dim beyond every register bucket (a multiple of 8 for the rows
   // with 16-byte loads, an odd one for the element-load rows).
   const int any_head_dim = element_loads ? 301 : 320;
@@ -56,9 +58,9 @@ bool row_case(const std::string& name, RowCase* c) {
   s.seqlen_k = 200;
   s.heads_q = 4;
   s.heads_k = 2;
-  if (features) {
-    s.bias = tools::bias_pattern(tools::BiasKind::dense);
-    s.dropout = {0.1, 11, 3};
+  if (bias || dropout) {
+    if (bias) s.bias = tools::bias_pattern(tools::BiasKind::dense);
+    if (dropout) s.dropout = {0.1, 11, 3};
     s.mask = Mask::causal(Alignment::bottom_right);
   } else {
     s.mask = Mask::causal();
