@@ -36,6 +36,9 @@ struct BwdParams : FwdParams {
   std::int64_t dbias_reduced_sizes[4];  // dbias's distinct elements: 1 along summed dimensions
   std::int64_t dbias_accum_sizes[4];    // the workspace's shape (compact, row-major)
   std::int64_t dbias_accum_strides[4];  // where the dQ kernel puts dS (b, h, query, key)
+  // A dense 16-bit dbias with unit column stride and 16-byte aligned rows, on a kBiasTile row: the
+  // dQ kernel stages each tile's dS in the bias tile's shared memory and writes 16 bytes at a time.
+  bool dbias_tile;
   float scale;  // softmax scale (dK and dQ carry it)
   // delta = rowsum(dO * O), fp32 [batch][heads_q][rows of q] with rows_per_batch = q.sizes[1].
   float* delta;

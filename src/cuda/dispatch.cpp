@@ -75,8 +75,19 @@ Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
 
 Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
+  n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
   n.deterministic = a.deterministic;
   return n;
+}
+
+// Whether a dense 16-bit dbias can be written 16 bytes at a time from the bias tile's shared
+// memory (unit column stride, 16-byte aligned rows and pointer).
+bool dbias_tileable(const TensorRef& dbias) {
+  if (dbias.dtype == DType::f32 || dbias.strides[3] != 1) return false;
+  if (reinterpret_cast<std::uintptr_t>(dbias.data) % 16 != 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (dbias.sizes[d] > 1 && dbias.strides[d] * 2 % 16 != 0) return false;
+  return true;
 }
 
 // Why a row cannot run a problem; empty when it can.
@@ -297,6 +308,7 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   };
   reserve(std::size_t(a.q.sizes[0]) * std::size_t(p.heads_q) * std::size_t(a.q.sizes[1]) * sizeof(float));
   const std::int64_t dbias_accum = p.has_dbias ? plan_dbias_accum(p, a.deterministic, &b) : 0;
+  b.dbias_tile = k.bias_tile && p.has_dbias && dbias_accum == 0 && dbias_tileable(a.dbias);
   plan->dbias_accum_offset = dbias_accum > 0 ? reserve(std::size_t(dbias_accum) * sizeof(float)) : 0;
   const auto grad_accum = [&](GradAccum* g, const TensorRef& t, std::int64_t cols, std::size_t* offset) {
     g->batch = t.sizes[0], g->rows = t.sizes[1], g->heads = t.sizes[2];

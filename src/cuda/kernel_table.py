@@ -49,6 +49,8 @@ SM80_FEATURED_EXTRA_TILES = {
 # row in front of them that reads the bias through a shared-memory tile (16-byte cp.async instead
 # of one 2-byte global load per score; needs an aligned, unit-stride bias): D = 128 75 -> 100,
 # D = 64 35 -> 59 TFLOP/s with a dense bias (H100, 2026-11-22).
+# The backward's featured rows (every bucket) have such a twin too: both of its kernels read the
+# bias of a tile through shared memory.
 SM80_BIAS_TILE_BUCKETS = (64, 128, 256)
 # Rows carrying the code of one feature only (bias through the shared-memory tile, or paired
 # dropout), experimental until verified and measured. Forward: on the plain rows' tile, where it
@@ -114,7 +116,7 @@ class Row:
     math: str = "mma"  # "mma" (tensor cores) or "ffma" (CUDA cores)
     experimental: bool = False  # not yet verified on a GPU: chosen only when forced (MEMATTN_KERNEL)
     atomics: bool = False  # backward: dQ added with fp32 atomics by the dK/dV kernel (not deterministic)
-    bias_tile: bool = False  # forward: bias through a shared-memory tile (needs an aligned, unit-stride bias)
+    bias_tile: bool = False  # bias through a shared-memory tile (needs an aligned, unit-stride bias)
     dropout_paired: bool = False  # each dropout Philox call serves the lanes that need its words
 
     @property
@@ -183,8 +185,9 @@ def backward_rows():
     for dtype in ("bf16", "fp16"):
         for head_dim in SM80_BACKWARD_BUCKETS:
             rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False))
-            rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
-                            dropout_paired=True))
+            for bias_tile in (True, False):
+                rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
+                                bias_tile=bias_tile, dropout_paired=True))
             rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "element", True, True))
             for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_EXTRA_TILES.get(head_dim, ()), start=1):
                 rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))

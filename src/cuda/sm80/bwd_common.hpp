@@ -83,11 +83,15 @@ __device__ __forceinline__ void load_row_stats(const BwdParams& p, const Sequenc
 // lse2 and delta are the tile's staged row statistics (indexed by query - m0). When dbias is
 // wanted (kWriteDbias, the dQ kernel: every element of a (sequence, head) is visited once), dS
 // goes to dbias, or to its fp32 workspace when dbias has broadcast dimensions (BwdParams).
+// shared_bias: the tile's bias in shared memory (kBiasTile rows), else read from global memory.
+// dbias_staged: dS (16-bit) replaces the bias in the shared tile, each element written by the
+// thread that read its bias (no barrier needed), and the caller stores the tile (store_dbias_tile).
 template <class Element, unsigned kFeatures, bool kKeyRows, bool kWriteDbias, class S, class DP, class Coords>
 __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
                                               bool masked, S& s, DP& dp, const Coords& coord, const float* lse2,
-                                              const float* delta) {
-  transform_scores<Element, (kFeatures & kBias) != 0, kKeyRows>(p, rule, t, masked, s, coord);
+                                              const float* delta, SharedBias shared_bias = {},
+                                              bool dbias_staged = false) {
+  transform_scores<Element, (kFeatures & kBias) != 0, kKeyRows>(p, rule, t, masked, s, coord, shared_bias);
   const bool dropout = (kFeatures & kDropout) != 0 && p.dropout;
   const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
   [[maybe_unused]] std::uint64_t keep_bits = 0;
@@ -95,7 +99,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     if (dropout) keep_bits = dropout_keep_bits<kKeyRows>(p, t, s.layout(), coord);
   char* dbias = nullptr;
   float* accum = nullptr;
-  if (kWriteDbias && p.dbias) {
+  if (kWriteDbias && p.dbias && !dbias_staged) {
     if (p.dbias_accum)
       accum = p.dbias_accum + std::int64_t(t.b) * p.dbias_accum_strides[0] + std::int64_t(t.h) * p.dbias_accum_strides[1];
     else
@@ -117,6 +121,12 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     s(e) = prob * z;
     dp(e) = ds;
     if constexpr (kWriteDbias) {
+      if (dbias_staged) {
+        const int r = kKeyRows ? get<1>(coord(e)) : get<0>(coord(e));
+        const int c = kKeyRows ? get<0>(coord(e)) : get<1>(coord(e));
+        reinterpret_cast<Element*>(shared_bias.tile + r * shared_bias.pitch)[c] = Element(ds);
+        continue;
+      }
       if (i >= t.q_len || j >= t.k_len) continue;
       if (accum != nullptr) {
         float* a = accum + i * p.dbias_accum_strides[2] + j * p.dbias_accum_strides[3];
@@ -127,6 +137,32 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
         if (p.bias_is_f32) reinterpret_cast<float*>(dbias)[off] = ds;
         else reinterpret_cast<Element*>(dbias)[off] = Element(ds);
       }
+    }
+  }
+}
+
+// dbias of query rows m0.. and keys n0.. of sequence b, head h (p.dbias_tile) from its 16-bit values
+// in a BiasTileShape<kRows, kCols> tile: 16 bytes per store, the last chunk of a row element by
+// element when k_len cuts it.
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void store_dbias_tile(const BwdParams& p, int b, int h, std::int64_t m0, std::int64_t n0,
+                                                 std::int64_t q_len, std::int64_t k_len, const char* tile) {
+  using Shape = BiasTileShape<kRows, kCols>;
+  constexpr int kElemsPerChunk = 8, kChunksPerRow = kCols / kElemsPerChunk;
+  char* base = static_cast<char*>(p.dbias) +
+               (std::int64_t(b) * p.dbias_batch_stride + std::int64_t(h) * p.dbias_head_stride) * 2;
+#pragma unroll 1
+  for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow, k = c % kChunksPerRow;
+    const std::int64_t i = m0 + r, j = n0 + std::int64_t(k) * kElemsPerChunk;
+    if (i >= q_len || j >= k_len) continue;
+    const char* src = tile + r * Shape::kPitch + k * 16;
+    char* dst = base + (i * p.dbias_row_stride + j) * 2;
+    if (j + kElemsPerChunk <= k_len) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    } else {
+      for (int x = 0; x < int(k_len - j); ++x)
+        reinterpret_cast<std::uint16_t*>(dst)[x] = reinterpret_cast<const std::uint16_t*>(src)[x];
     }
   }
 }

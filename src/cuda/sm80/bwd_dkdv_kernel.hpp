@@ -32,11 +32,16 @@ using namespace cute;
 // Who writes dQ: the separate dQ kernel (deterministic), or this kernel with fp32 atomics.
 enum class DqWrite { own_kernel, atomic };
 
-template <class Traits, DqWrite kDq = DqWrite::own_kernel>
+// Shared memory of the dK/dV kernel: K, V, Q, dO tiles, dS^T (DqWrite::atomic), the query tile's
+// LSE and delta, and (kBiasTile rows) the bias of the (query tile, key tile), queries as rows.
+template <class Traits, unsigned kFeatures, DqWrite kDq = DqWrite::own_kernel>
 struct DkdvSmem {
+  static constexpr bool kTileBias = (kFeatures & kBias) != 0 && (kFeatures & kBiasTile) != 0;
+  using BiasTile = BiasTileShape<Traits::kBlockN, Traits::kBlockM>;
   static constexpr int kScoreElems = kDq == DqWrite::atomic ? int(cosize_v<typename Traits::SmemLayoutScores>) : 0;
   static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * Traits::kSmemElemsKV + kScoreElems;
-  static constexpr int kBytes = kElems * int(sizeof(typename Traits::Element)) + 2 * Traits::kBlockN * 4;
+  static constexpr int kBiasOffset = kElems * int(sizeof(typename Traits::Element)) + 2 * Traits::kBlockN * 4;
+  static constexpr int kBytes = kBiasOffset + (kTileBias ? BiasTile::kBytes : 0);
 };
 
 // dQ (rows m0.., head h) += dS K, with dS^T (keys x queries) in sdSt and K in sK, in chunks of
@@ -118,8 +123,11 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
   Element* smem_q = smem_v + Traits::kSmemElemsQ;
   Element* smem_do = smem_q + Traits::kSmemElemsKV;
   Element* smem_dst = smem_do + Traits::kSmemElemsKV;  // dS^T (DqWrite::atomic only)
-  float* lse2 = reinterpret_cast<float*>(smem_dst + DkdvSmem<Traits, kDq>::kScoreElems);
+  using Smem = DkdvSmem<Traits, kFeatures, kDq>;
+  float* lse2 = reinterpret_cast<float*>(smem_dst + Smem::kScoreElems);
   float* delta = lse2 + kQueries;
+  char* smem_bias = smem + Smem::kBiasOffset;
+  const bool tile_bias = Smem::kTileBias && p.bias != nullptr;
   Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutQ{});
   Tensor sV = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutQ{});
   Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutKV{});
@@ -186,6 +194,8 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
       copy_predicated(load,
                       load_thr.partition_S(cute::make_tensor(make_gmem_ptr(do_ptr), tile_q, make_stride(p.do_row_stride, _1{}))),
                       load_thr.partition_D(sdO), tQc, rows, p.head_dim_v);
+      if (tile_bias)
+        load_bias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
       cp_async_fence();
       load_row_stats<kQueries>(p, seq, h, m0, rows, lse2, delta);
       cp_async_wait<0>();
@@ -207,7 +217,9 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
       const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
       const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
       constexpr bool kAtomicDq = kDq == DqWrite::atomic;  // then this kernel writes dbias too
-      gradient_tile<Element, kFeatures, true, kAtomicDq>(p, rule, origin, masked, acc_st, acc_dpt, tScS, lse2, delta);
+      const SharedBias shared_bias{tile_bias ? smem_bias : nullptr, Smem::BiasTile::kPitch};
+      gradient_tile<Element, kFeatures, true, kAtomicDq>(p, rule, origin, masked, acc_st, acc_dpt, tScS, lse2, delta,
+                                                         shared_bias);
 
       // dV += (P Z)^T dO and dK += dS^T Q, the transposed tiles reused from registers.
       Tensor p_frag = convert_fragment<Element>(acc_st);

@@ -23,11 +23,15 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// Shared memory of the dQ kernel: Q and dO tiles, K and V tiles, the tile's LSE and delta.
-template <class Traits>
+// Shared memory of the dQ kernel: Q and dO tiles, K and V tiles, the tile's LSE and delta, and
+// (kBiasTile rows) the bias of the (query tile, key tile).
+template <class Traits, unsigned kFeatures>
 struct DqSmem {
+  static constexpr bool kTileBias = (kFeatures & kBias) != 0 && (kFeatures & kBiasTile) != 0;
+  using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * Traits::kSmemElemsKV;
-  static constexpr int kBytes = kElems * int(sizeof(typename Traits::Element)) + 2 * Traits::kBlockM * 4;
+  static constexpr int kBiasOffset = kElems * int(sizeof(typename Traits::Element)) + 2 * Traits::kBlockM * 4;
+  static constexpr int kBytes = kBiasOffset + (kTileBias ? BiasTile::kBytes : 0);
 };
 
 template <class Traits, unsigned kFeatures>
@@ -64,6 +68,10 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
   Element* smem_v = smem_k + Traits::kSmemElemsKV;
   float* lse2 = reinterpret_cast<float*>(smem_v + Traits::kSmemElemsKV);
   float* delta = lse2 + kBlockM;
+  using Smem = DqSmem<Traits, kFeatures>;
+  char* smem_bias = smem + Smem::kBiasOffset;
+  const bool tile_bias = Smem::kTileBias && p.bias != nullptr;
+  const bool stage_dbias = tile_bias && p.dbias_tile;
   Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
   Tensor sdO = cute::make_tensor(make_smem_ptr(smem_do), typename Traits::SmemLayoutQ{});
   Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
@@ -121,6 +129,8 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
     copy_predicated(load, load_thr.partition_S(cute::make_tensor(make_gmem_ptr(v_ptr + n0 * p.v_row_stride), tile_kv,
                                                                   make_stride(p.v_row_stride, _1{}))),
                     load_thr.partition_D(sV), tKVc, keys, p.head_dim_v);
+    if (tile_bias)
+      load_bias_tile<kBlockM, kBlockN, Traits::kThreads>(p, work.b, work.h, m0, n0, seq.q_len, seq.k_len, smem_bias);
     cp_async_fence();
     cp_async_wait<0>();
     __syncthreads();
@@ -140,10 +150,19 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m_end, n0, n0 + kBlockN);
-    gradient_tile<Element, kFeatures, false, true>(p, rule, origin, masked, acc_s, acc_dp, tScS, lse2, delta);
+    const SharedBias shared_bias{tile_bias ? smem_bias : nullptr, Smem::BiasTile::kPitch};
+    gradient_tile<Element, kFeatures, false, true>(p, rule, origin, masked, acc_s, acc_dp, tScS, lse2, delta,
+                                                   shared_bias, stage_dbias);
 
     // dQ += dS K.
     Tensor ds_frag = convert_fragment<Element>(acc_dp);
+    if (stage_dbias) {
+      // gradient_tile left dS in the bias tile; it leaves with 16-byte stores (the next tile's
+      // first barrier keeps the next bias load from overwriting it early).
+      __syncthreads();
+      store_dbias_tile<kBlockM, kBlockN, Traits::kThreads>(p, work.b, work.h, m0, n0, seq.q_len, seq.k_len,
+                                                          smem_bias);
+    }
     Tensor rdS = cute::make_tensor(ds_frag.data(), acc_as_a_operand(ds_frag.layout()));
     CUTE_UNROLL
     for (int kk = 0; kk < size<2>(rdS); ++kk) {

@@ -111,11 +111,11 @@ template <class DqTraits, class DkdvTraits, unsigned kFeatures>
 Status launch_backward(const BwdParams& p, cudaStream_t stream) {
   using Element = typename DqTraits::Element;
   if (Status s = backward_prologue<Element>(p, true, stream); !s.ok()) return s;
-  if (Status s = launch_grid(dkdv_kernel<DkdvTraits, kFeatures>, DkdvTraits::kThreads, DkdvSmem<DkdvTraits>::kBytes,
+  if (Status s = launch_grid(dkdv_kernel<DkdvTraits, kFeatures>, DkdvTraits::kThreads, DkdvSmem<DkdvTraits, kFeatures>::kBytes,
                              p.num_kv_blocks, 0, p, stream);
       !s.ok())
     return s;
-  if (Status s = launch_grid(dq_kernel<DqTraits, kFeatures>, DqTraits::kThreads, DqSmem<DqTraits>::kBytes, p.num_blocks,
+  if (Status s = launch_grid(dq_kernel<DqTraits, kFeatures>, DqTraits::kThreads, DqSmem<DqTraits, kFeatures>::kBytes, p.num_blocks,
                              0, p, stream);
       !s.ok())
     return s;
@@ -156,7 +156,7 @@ Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
   if (Status s = backward_prologue<Element>(p, true, stream); !s.ok()) return s;
   if (Status s = clear_accum(p.dq_accum, "dQ workspace", stream); !s.ok()) return s;
   if (Status s = launch_grid(dkdv_kernel<DkdvTraits, kFeatures, DqWrite::atomic>, DkdvTraits::kThreads,
-                             DkdvSmem<DkdvTraits, DqWrite::atomic>::kBytes, p.num_kv_blocks, 0, p, stream);
+                             DkdvSmem<DkdvTraits, kFeatures, DqWrite::atomic>::kBytes, p.num_kv_blocks, 0, p, stream);
       !s.ok())
     return s;
   finish_gradient<Element>(p.dq_accum, p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim,
@@ -168,7 +168,7 @@ Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>
 Status backward_atomic_resources(KernelResources* r) {
   return resources(dkdv_kernel<DkdvTraits, kFeatures, DqWrite::atomic>, DkdvTraits::kThreads,
-                   DkdvSmem<DkdvTraits, DqWrite::atomic>::kBytes, r);
+                   DkdvSmem<DkdvTraits, kFeatures, DqWrite::atomic>::kBytes, r);
 }
 
 // The tensor-core global-accumulator rows: both kernels on grids capped at the CTAs that fit at
@@ -201,7 +201,7 @@ Status backward_global_resources(KernelResources* r) {
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>
 Status backward_resources(KernelResources* r) {
   // The dK/dV kernel carries most of the work; report it.
-  return resources(dkdv_kernel<DkdvTraits, kFeatures>, DkdvTraits::kThreads, DkdvSmem<DkdvTraits>::kBytes, r);
+  return resources(dkdv_kernel<DkdvTraits, kFeatures>, DkdvTraits::kThreads, DkdvSmem<DkdvTraits, kFeatures>::kBytes, r);
 }
 
 }  // namespace memattn::cuda::sm80

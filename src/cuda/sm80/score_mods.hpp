@@ -35,53 +35,6 @@ __device__ __forceinline__ void query_key(const TileOrigin& t, const Coords& coo
   *j = t.n0 + (kKeyRows ? get<0>(coord(e)) : get<1>(coord(e)));
 }
 
-// s <- log2(e) * (scale * s + bias), and -inf where the mask hides the key (only when `masked`:
-// tiles fully inside the window skip the per-element test). kBiasCode compiles the bias in; a
-// problem without bias still runs such a kernel (p.bias is null then).
-template <class Element, bool kBiasCode, bool kKeyRows = false, class Scores, class Coords>
-__device__ __forceinline__ void transform_scores(const FwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
-                                                 bool masked, Scores& s, const Coords& coord) {
-  const bool has_bias = kBiasCode && p.bias != nullptr;
-  const char* bias_base = nullptr;
-  if (has_bias)
-    bias_base = static_cast<const char*>(p.bias) +
-                (std::int64_t(t.b) * p.bias_batch_stride + std::int64_t(t.h) * p.bias_head_stride) *
-                    (p.bias_is_f32 ? 4 : 2);
-  CUTE_UNROLL
-  for (int e = 0; e < size(s); ++e) {
-    std::int64_t i, j;
-    query_key<kKeyRows>(t, coord, e, &i, &j);
-    float x = s(e) * p.scale_log2;
-    if constexpr (kBiasCode) {
-      if (has_bias && i < t.q_len && j < t.k_len) {
-        const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
-        const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
-                                      : float(reinterpret_cast<const Element*>(bias_base)[off]);
-        x = fmaf(b, kLog2e, x);
-      }
-    }
-    if (masked && !rule.visible(i, j)) x = -INFINITY;
-    s(e) = x;
-  }
-}
-
-// Zeroes the dropped probabilities. Values (2k, 2k + 1) of an m16n8 fragment are neighbouring
-// columns of one row, so one Philox call (four keys) serves each pair.
-template <class Probs, class Coords>
-__device__ __forceinline__ void apply_dropout(const FwdParams& p, const TileOrigin& t, Probs& prob, const Coords& coord) {
-  const detail::DropoutKey key{p.seed_lo, p.seed_hi, p.dropout_offset, p.dropout_threshold};
-  const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
-  CUTE_UNROLL
-  for (int e = 0; e < size(prob); e += 2) {
-    const std::int64_t i = t.m0 + get<0>(coord(e));
-    const std::int64_t j = t.n0 + get<1>(coord(e));
-    const detail::Philox4 w = detail::dropout_words(key, bh, i, j);
-    const int lane = int(j & 3);
-    if (detail::philox_word(w, lane) < key.threshold) prob(e) = 0.0f;
-    if (detail::philox_word(w, lane + 1) < key.threshold) prob(e + 1) = 0.0f;
-  }
-}
-
 // One (query tile, key tile) of bias in shared memory, in the bias's dtype (fp32 or 16-bit): rows
 // of kPitch bytes, sized for fp32 plus 16 bytes, so that the 8 rows an m16n8 fragment read spans
 // start 4 banks apart (no bank conflicts for 16-bit bias, 2-way for fp32).
@@ -91,9 +44,10 @@ struct BiasTileShape {
   static constexpr int kBytes = kRows * kPitch;
 };
 
-// Where transform_scores_rows reads the bias: global memory per element, or a BiasTileShape tile.
+// Where transform_scores(_rows) reads the bias: global memory per element (tile null), or a
+// BiasTileShape tile of query rows x key columns.
 struct SharedBias {
-  const char* tile = nullptr;  // the tile's (0, 0)
+  char* tile = nullptr;  // the tile's (0, 0)
   int pitch = 0;               // bytes per row
 };
 
@@ -120,6 +74,64 @@ __device__ __forceinline__ void load_bias_tile(const FwdParams& p, int b, int h,
     const int bytes = i < q_len && j < k_len ? int(min(std::int64_t(16), (k_len - j) * esize)) : 0;
     const char* src = bytes > 0 ? base + (i * p.bias_row_stride + j) * esize : base;
     cp_async_zfill16(dst + r * Shape::kPitch + k * 16, src, bytes);
+  }
+}
+
+// s <- log2(e) * (scale * s + bias), and -inf where the mask hides the key (only when `masked`:
+// tiles fully inside the window skip the per-element test). kBiasCode compiles the bias in; a
+// problem without bias still runs such a kernel (p.bias is null then). With a SharedBias tile
+// (query rows m0.., key columns n0.., whichever way round the scores are) the bias comes from
+// shared memory.
+template <class Element, bool kBiasCode, bool kKeyRows = false, class Scores, class Coords>
+__device__ __forceinline__ void transform_scores(const FwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
+                                                 bool masked, Scores& s, const Coords& coord,
+                                                 SharedBias shared_bias = {}) {
+  const bool tile_bias = kBiasCode && shared_bias.tile != nullptr;
+  const bool has_bias = kBiasCode && p.bias != nullptr && !tile_bias;
+  const char* bias_base = nullptr;
+  if (has_bias)
+    bias_base = static_cast<const char*>(p.bias) +
+                (std::int64_t(t.b) * p.bias_batch_stride + std::int64_t(t.h) * p.bias_head_stride) *
+                    (p.bias_is_f32 ? 4 : 2);
+  CUTE_UNROLL
+  for (int e = 0; e < size(s); ++e) {
+    std::int64_t i, j;
+    query_key<kKeyRows>(t, coord, e, &i, &j);
+    float x = s(e) * p.scale_log2;
+    if constexpr (kBiasCode) {
+      if (tile_bias) {
+        const int r = kKeyRows ? get<1>(coord(e)) : get<0>(coord(e));
+        const int c = kKeyRows ? get<0>(coord(e)) : get<1>(coord(e));
+        const char* row = shared_bias.tile + r * shared_bias.pitch;
+        const float b = p.bias_is_f32 ? reinterpret_cast<const float*>(row)[c]
+                                      : float(reinterpret_cast<const Element*>(row)[c]);
+        x = fmaf(b, kLog2e, x);
+      } else if (has_bias && i < t.q_len && j < t.k_len) {
+        const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
+        const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
+                                      : float(reinterpret_cast<const Element*>(bias_base)[off]);
+        x = fmaf(b, kLog2e, x);
+      }
+    }
+    if (masked && !rule.visible(i, j)) x = -INFINITY;
+    s(e) = x;
+  }
+}
+
+// Zeroes the dropped probabilities. Values (2k, 2k + 1) of an m16n8 fragment are neighbouring
+// columns of one row, so one Philox call (four keys) serves each pair.
+template <class Probs, class Coords>
+__device__ __forceinline__ void apply_dropout(const FwdParams& p, const TileOrigin& t, Probs& prob, const Coords& coord) {
+  const detail::DropoutKey key{p.seed_lo, p.seed_hi, p.dropout_offset, p.dropout_threshold};
+  const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
+  CUTE_UNROLL
+  for (int e = 0; e < size(prob); e += 2) {
+    const std::int64_t i = t.m0 + get<0>(coord(e));
+    const std::int64_t j = t.n0 + get<1>(coord(e));
+    const detail::Philox4 w = detail::dropout_words(key, bh, i, j);
+    const int lane = int(j & 3);
+    if (detail::philox_word(w, lane) < key.threshold) prob(e) = 0.0f;
+    if (detail::philox_word(w, lane + 1) < key.threshold) prob(e + 1) = 0.0f;
   }
 }
 
