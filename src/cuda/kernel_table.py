@@ -53,11 +53,15 @@ SM80_FEATURED_EXTRA_TILES = {
 # bias of a tile through shared memory.
 SM80_BIAS_TILE_BUCKETS = (64, 128, 256)
 # Rows carrying the code of one feature only (bias through the shared-memory tile, or paired
-# dropout), experimental until verified and measured. Forward: on the plain rows' tile, where it
-# does not spill (at D = 128 the 128 x 64 4-warp tile spills 1-2 KB with either feature, which is
-# why the featured row there is 64 x 64). Backward: dropout without the bias code spills 16-32 B
-# instead of 556 B in the dK/dV kernel (D = 128).
-SM80_SINGLE_FEATURE_BUCKETS = (64, 256)
+# dropout), chosen before the rows with both for problems with one. Forward: on the plain rows'
+# tile, where it does not spill (at D = 128 the 128 x 64 4-warp tile spills 1-2 KB with either
+# feature, which is why the featured row there is 64 x 64). Backward: dropout without the bias
+# code spills 16-32 B instead of 556 B in the dK/dV kernel (D = 128). Measured against the rows
+# with both (H100, 2026-11-22, bf16 S = 2048): forward dropout D = 64 69 -> 117, D = 256
+# 162 -> 197; forward bias D = 64 63 -> 87 (D = 256: 154 both, so no bias-only row there);
+# backward dropout D = 64 53 -> 59, D = 128 79 -> 91 TFLOP/s.
+SM80_BIAS_ONLY_BUCKETS = (64,)
+SM80_DROPOUT_ONLY_BUCKETS = (64, 256)
 SM80_BACKWARD_DROPOUT_ONLY_BUCKETS = (64, 128)
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
@@ -162,11 +166,12 @@ def all_rows():
             if head_dim in SM80_BIAS_TILE_BUCKETS:
                 rows.append(Row(80, "fwd", dtype, head_dim, fm, fn, fw, "registers", "vector16", True, True,
                                 bias_tile=True, dropout_paired=True))
-            if head_dim in SM80_SINGLE_FEATURE_BUCKETS:
+            if head_dim in SM80_BIAS_ONLY_BUCKETS:
                 rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", True, False,
-                                bias_tile=True, experimental=True))
+                                bias_tile=True))
+            if head_dim in SM80_DROPOUT_ONLY_BUCKETS:
                 rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, True,
-                                dropout_paired=True, experimental=True))
+                                dropout_paired=True))
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
             rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
@@ -193,7 +198,7 @@ def backward_rows():
                 rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
             if head_dim in SM80_BACKWARD_DROPOUT_ONLY_BUCKETS:
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, True,
-                                dropout_paired=True, experimental=True))
+                                dropout_paired=True))
     bm, bn, warps = SM80_BACKWARD_GLOBAL_TILE
     rows.append(Row(80, "bwd", "fp32", GLOBAL_HEAD_DIM, bm, bn, warps, "global", "element", True, True, math="ffma"))
     # One-kernel rows (dQ by atomics), experimental: the buckets the suite measures.
