@@ -60,9 +60,12 @@ SM80_BIAS_TILE_BUCKETS = (64, 128, 256)
 # with both (H100, 2026-11-22, bf16 S = 2048): forward dropout D = 64 69 -> 117, D = 256
 # 162 -> 197; forward bias D = 64 63 -> 87 (D = 256: 154 both, so no bias-only row there);
 # backward dropout D = 64 53 -> 59, D = 128 79 -> 91 TFLOP/s.
-SM80_BIAS_ONLY_BUCKETS = (64,)
+# Bias-only rows: bucket -> tiles (the first chosen, the others compiled for A/Bs). At D = 128,
+# where the plain tile spills, the featured rows' 64 x 64 tile and 128 x 64 with 8 warps.
+SM80_BIAS_ONLY_TILES = {64: ((128, 64, 4),), 128: ((64, 64, 4), (128, 64, 8))}
 SM80_DROPOUT_ONLY_BUCKETS = (64, 256)
 SM80_BACKWARD_DROPOUT_ONLY_BUCKETS = (64, 128)
+SM80_BACKWARD_BIAS_ONLY_BUCKETS = (64, 128)
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200, 2026-11-22); 128 queries gained nothing.
@@ -166,9 +169,9 @@ def all_rows():
             if head_dim in SM80_BIAS_TILE_BUCKETS:
                 rows.append(Row(80, "fwd", dtype, head_dim, fm, fn, fw, "registers", "vector16", True, True,
                                 bias_tile=True, dropout_paired=True))
-            if head_dim in SM80_BIAS_ONLY_BUCKETS:
-                rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", True, False,
-                                bias_tile=True))
+            for variant, (bm, bn, warps) in enumerate(SM80_BIAS_ONLY_TILES.get(head_dim, ())):
+                rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, False,
+                                variant, bias_tile=True))
             if head_dim in SM80_DROPOUT_ONLY_BUCKETS:
                 rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, True,
                                 dropout_paired=True))
@@ -196,6 +199,9 @@ def backward_rows():
             rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "element", True, True))
             for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_EXTRA_TILES.get(head_dim, ()), start=1):
                 rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
+            if head_dim in SM80_BACKWARD_BIAS_ONLY_BUCKETS:
+                rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, False,
+                                bias_tile=True))
             if head_dim in SM80_BACKWARD_DROPOUT_ONLY_BUCKETS:
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, True,
                                 dropout_paired=True))
