@@ -43,26 +43,23 @@ SM80_FEATURED_EXTRA_TILES = {
     128: ((128, 64, 8),),
     256: ((64, 64, 4),),
 }
-# The featured rows with 16-byte loads share each dropout Philox call between the lanes that need
-# its words (the same masks, checked bit for bit per row): forward +3% (D = 128) and +8% (D = 64),
-# backward, which called Philox once per element before, +31% (H100, 2026-11-22). Buckets with a
-# row in front of them that reads the bias through a shared-memory tile (16-byte cp.async instead
-# of one 2-byte global load per score; needs an aligned, unit-stride bias): D = 128 75 -> 100,
-# D = 64 35 -> 59 TFLOP/s with a dense bias (H100, 2026-11-22).
-# The backward's featured rows (every bucket) have such a twin too: both of its kernels read the
-# bias of a tile through shared memory.
+# Feature code variants, measured on the H100 (2026-11-22, bf16, S = 2048, TFLOP/s):
+# - Paired dropout (_dpair): each Philox call serves the lanes that need its words (same masks,
+#   checked bit for bit per row). Every featured row with 16-byte loads has it: forward +3% (D = 128)
+#   and +8% (D = 64); backward, which called Philox once per element before, +31%.
+# - Bias tile (_btile): the bias of a tile by 16-byte cp.async into shared memory instead of one
+#   2-byte global load per score (needs a unit-stride, 16-byte aligned bias; the dispatcher passes
+#   over these rows otherwise). Forward D = 128 81 -> 120, D = 64 41 -> 63, D = 256 110 -> 154;
+#   backward (both kernels read the tile, the dQ kernel writes dbias from it) D = 128 41 -> 61,
+#   D = 64 25 -> 38. Every bucket's featured row has a _btile twin in front of it.
+# - One feature only (_bias, _drop rows, chosen before the rows with both): less feature code,
+#   fewer registers. Forward on the plain rows' tile where that does not spill (at D = 128 the
+#   128 x 64 4-warp tile spills 1-2 KB with either feature; there the bias-only row is 64 x 64):
+#   dropout D = 64 69 -> 117, D = 256 162 -> 197; bias D = 64 63 -> 87, D = 128 120 -> 133
+#   (128 x 64 with 8 warps: 125; at D = 256 no gain, so no row). Backward (dK/dV spills 16-68 B
+#   instead of ~500): dropout D = 64 53 -> 59, D = 128 79 -> 91; bias D = 128 59 -> 66, D = 64 +3%.
 SM80_BIAS_TILE_BUCKETS = (64, 128, 256)
-# Rows carrying the code of one feature only (bias through the shared-memory tile, or paired
-# dropout), chosen before the rows with both for problems with one. Forward: on the plain rows'
-# tile, where it does not spill (at D = 128 the 128 x 64 4-warp tile spills 1-2 KB with either
-# feature, which is why the featured row there is 64 x 64). Backward: dropout without the bias
-# code spills 16-32 B instead of 556 B in the dK/dV kernel (D = 128). Measured against the rows
-# with both (H100, 2026-11-22, bf16 S = 2048): forward dropout D = 64 69 -> 117, D = 256
-# 162 -> 197; forward bias D = 64 63 -> 87 (D = 256: 154 both, so no bias-only row there);
-# backward dropout D = 64 53 -> 59, D = 128 79 -> 91 TFLOP/s.
-# Bias-only rows: bucket -> tiles (the first chosen, the others compiled for A/Bs). At D = 128,
-# where the plain tile spills, the featured rows' 64 x 64 tile and 128 x 64 with 8 warps.
-SM80_BIAS_ONLY_TILES = {64: ((128, 64, 4),), 128: ((64, 64, 4), (128, 64, 8))}
+SM80_BIAS_ONLY_TILES = {64: ((128, 64, 4),), 128: ((64, 64, 4), (128, 64, 8))}  # first: the default
 SM80_DROPOUT_ONLY_BUCKETS = (64, 256)
 SM80_BACKWARD_DROPOUT_ONLY_BUCKETS = (64, 128)
 SM80_BACKWARD_BIAS_ONLY_BUCKETS = (64, 128)
@@ -82,16 +79,13 @@ ELEMENT_TYPES = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t"}
 # buckets above 128 do not fit in registers with this design.
 SM80_BACKWARD_BUCKETS = (32, 64, 96, 128)
 SM80_BACKWARD_TILE = (64, 64, 4)
-# Alternative backward tiles (queries, keys, dK/dV warps), plain rows compiled after the bucket's
-# default like SM80_EXTRA_TILES. The dK/dV kernel gives each of its warps 16 keys; the dQ kernel
-# gives each warp 16 queries (queries / 16 warps). More keys per CTA halve the Q and dO traffic
-# per FLOP, more queries per CTA that of K and V, and both halve the barriers per FLOP.
-SM80_BACKWARD_EXTRA_TILES = {
-    64: ((128, 128, 8),),
-    128: ((64, 128, 8),),
-}
+# The dK/dV kernel gives each of its warps 16 keys; the dQ kernel gives each warp 16 queries (its
+# warps: queries / 16). Larger tiles ran slower (H100, 2026-11-22, bf16 S = 2048/8192): D = 64
+# 128 x 128 with 8 warps 97 -> 87 TFLOP/s, D = 128 64 x 128 with 8 warps 145 -> 129 (both 255
+# registers, so one CTA per SM instead of two of 4 warps).
 # Buckets with one-kernel rows: the dK/dV kernel adds dQ with fp32 atomics (no dQ kernel, not
-# deterministic). Experimental until verified on a GPU.
+# deterministic). Verified, but 0.72-0.89x the two-kernel rows (H200, 2026-11-22): experimental,
+# compiled for A/Bs only.
 SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
@@ -100,8 +94,8 @@ SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
 # through a pipeline of this many stages, dK/dV/dQ chunks in a per-CTA fp32 workspace slot. They
 # come before the FFMA rows (7-8x faster at D = 256..1024, H200, 2026-11-22).
 SM80_BACKWARD_GACC_TILE = (64, 64, 4, 3)  # queries, keys, warps, stages
-# Larger square gacc tiles (queries = keys, warps), experimental until verified on a GPU: the
-# accumulator traffic per FLOP halves at 128 (the forward's 64 -> 128 keys gained 1.65x).
+# Larger square gacc tiles (queries = keys, warps): verified, but D = 256 53 -> 28, 512 50 -> 41,
+# 1024 51 -> 57 TFLOP/s (H100, 2026-11-22; 204 B of spills in the dQ kernel): experimental.
 SM80_BACKWARD_GACC_EXTRA_TILES = ((128, 128, 8),)
 CPP_DTYPE = {"bf16": "DType::bf16", "fp16": "DType::f16", "fp32": "DType::f32"}
 
@@ -197,8 +191,6 @@ def backward_rows():
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
                                 bias_tile=bias_tile, dropout_paired=True))
             rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "element", True, True))
-            for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_EXTRA_TILES.get(head_dim, ()), start=1):
-                rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
             if head_dim in SM80_BACKWARD_BIAS_ONLY_BUCKETS:
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, False,
                                 bias_tile=True))
