@@ -7,7 +7,8 @@
 #   run       the CLI's default problem (`memattn run --verify`) and SASS instruction counts
 #   python    pip install . (offline, for the GPU present; PIP_ARGS adds -C options) and the PyTorch
 #             op's tests
-#   bench     the benchmark suite (bench/bench.py) against PyTorch SDPA's backends
+#   bench     the benchmark suite (bench/bench.py) against PyTorch SDPA's backends (runs before
+#             `run`, whose SASS listing of every test binary takes minutes)
 #   ab        row A/Bs (scripts/ab_rows.sh), one per line of the file AB_FILE: pass "ROWS" flags
 # Logs and tables go to $OUT (at most 8 files come back from the device machine: summary, build,
 # tests, sanitizer, run (with the bench log), python logs, bench.md, bench.json).
@@ -57,6 +58,12 @@ if has sanitize; then
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" | sort | uniq -c | tee -a "$summary"
 fi
 
+if has bench; then
+  PYTHONPATH="$PWD/$build/python:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 python3 bench/bench.py --out "$out" \
+    --iters "${BENCH_ITERS:-20}" ${BENCH_ARGS:-} >>"$out/run.log" 2>&1
+  note "bench: exit $?"
+  tail -n 3 "$out/run.log"
+fi
 if has run; then
   {
     "$build/bin/memattn" run --verify ${RUN_ARGS:-}
@@ -82,12 +89,6 @@ if has python; then
   note "pip install . and tests/python: exit $? — $(tail -n 1 "$out/python.log")"
 fi
 
-if has bench; then
-  PYTHONPATH="$PWD/$build/python:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 python3 bench/bench.py --out "$out" \
-    --iters "${BENCH_ITERS:-20}" ${BENCH_ARGS:-} >>"$out/run.log" 2>&1
-  note "bench: exit $?"
-  tail -n 3 "$out/run.log"
-fi
 if has ab; then
   while read -r line; do
     [[ -z $line || $line == \#* ]] && continue
