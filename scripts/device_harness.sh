@@ -10,6 +10,7 @@
 #   bench     the benchmark suite (bench/bench.py) against PyTorch SDPA's backends (runs before
 #             `run`, whose SASS listing of every test binary takes minutes)
 #   ab        row A/Bs (scripts/ab_rows.sh), one per line of the file AB_FILE: pass "ROWS" flags
+#   profile   Nsight Compute (scripts/profile_rows.sh), one per line of PROFILE_FILE, same format
 # Logs and tables go to $OUT (at most 8 files come back from the device machine: summary, build,
 # tests, sanitizer, run (with the bench log), python logs, bench.md, bench.json).
 set -uo pipefail
@@ -96,5 +97,12 @@ if has ab; then
     eval "MEMATTN_BIN=$build/bin/memattn scripts/ab_rows.sh $line" </dev/null
   done <"${AB_FILE:?AB_FILE names the A/B list}" >"$out/ab.log" 2>&1
   note "ab ($AB_FILE): $(grep -c '^==' "$out/ab.log") problems"
+fi
+if has profile; then
+  while read -r line; do
+    [[ -z $line || $line == \#* ]] && continue
+    eval "MEMATTN_BIN=$build/bin/memattn scripts/profile_rows.sh $line" </dev/null
+  done <"${PROFILE_FILE:?PROFILE_FILE names the rows to profile}" >"$out/profile.log" 2>&1
+  note "profile ($PROFILE_FILE): $(grep -c '^==' "$out/profile.log") rows"
 fi
 cat "$summary"

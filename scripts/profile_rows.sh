@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Nsight Compute on kernel-table rows, one problem: each named row forced with MEMATTN_KERNEL and
+# run once by `memattn run --iters 0`; ncu reads the counters of the row's kernels (forward, or the
+# backward's dK/dV and dQ kernels), clocks left alone. Run on the GPU machine after a build whose
+# rows passed the tests.
+#   scripts/profile_rows.sh fwd|bwd "ROW ROW ..." [memattn run flags]
+set -uo pipefail
+bin=${MEMATTN_BIN:-build-gpu/bin/memattn}
+pass=$1
+rows=$2
+shift 2
+sections=(SpeedOfLight Occupancy LaunchStats WarpStateStats SchedulerStats ComputeWorkloadAnalysis
+  MemoryWorkloadAnalysis InstructionStats)
+for row in $rows; do
+  echo "== $row $*"
+  MEMATTN_KERNEL=$row ncu --clock-control none --kernel-name-base demangled \
+    --kernel-name 'regex:(forward|dkdv|dq)_(global_|simt_|fp32_)?kernel' --launch-count 2 \
+    "${sections[@]/#/--section=}" "$bin" run --backend cuda --pass "$pass" --iters 0 "$@" 2>&1 |
+    grep -vE '^==PROF==|^  *$'
+done
