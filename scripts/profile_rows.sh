@@ -9,12 +9,14 @@ bin=${MEMATTN_BIN:-build-gpu/bin/memattn}
 pass=$1
 rows=$2
 shift 2
+# The pass's own kernels (the backward's run starts with a forward for O and LSE).
+kernels=$([[ $pass == fwd ]] && echo 'forward' || echo '(dkdv|dq)')
 sections=(SpeedOfLight Occupancy LaunchStats WarpStateStats SchedulerStats ComputeWorkloadAnalysis
   MemoryWorkloadAnalysis InstructionStats)
 for row in $rows; do
   echo "== $row $*"
   MEMATTN_KERNEL=$row ncu --clock-control none --kernel-name-base demangled \
-    --kernel-name 'regex:(forward|dkdv|dq)_(global_|simt_|fp32_)?kernel' --launch-count 2 \
+    --kernel-name "regex:${kernels}_(global_|simt_|fp32_)?kernel" --launch-count 2 \
     "${sections[@]/#/--section=}" "$bin" run --backend cuda --pass "$pass" --iters 0 "$@" 2>&1 |
     grep -vE '^==PROF==|^  *$'
 done
