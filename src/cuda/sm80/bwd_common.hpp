@@ -23,6 +23,24 @@ __device__ __forceinline__ float* accum_row(const GradAccum& g, std::int64_t b, 
   return g.data + ((b * g.rows + row) * g.heads + h) * g.ld;
 }
 
+// The same for dO (read) and the gradients dQ, dK, dV (written).
+template <class Element>
+__device__ __forceinline__ const Element* do_at(const BwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
+  return element_ptr<Element>(p.dout, b * p.do_batch_stride + row * p.do_row_stride + h * p.do_head_stride);
+}
+template <class Element>
+__device__ __forceinline__ Element* dq_at(const BwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
+  return static_cast<Element*>(p.dq) + b * p.dq_batch_stride + row * p.dq_row_stride + h * p.dq_head_stride;
+}
+template <class Element>
+__device__ __forceinline__ Element* dk_at(const BwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
+  return static_cast<Element*>(p.dk) + b * p.dk_batch_stride + row * p.dk_row_stride + h * p.dk_head_stride;
+}
+template <class Element>
+__device__ __forceinline__ Element* dv_at(const BwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
+  return static_cast<Element*>(p.dv) + b * p.dv_batch_stride + row * p.dv_row_stride + h * p.dv_head_stride;
+}
+
 // delta[b][h][row] = sum over the value dim of dO * O, one warp per (tensor batch, row, head).
 template <class Element>
 __global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdParams p) {
@@ -33,9 +51,8 @@ __global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdP
   for (std::int64_t w = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; w < total; w += warps) {
     const int h = int(w % p.heads_q);
     const std::int64_t row = (w / p.heads_q) % p.delta_rows, b = w / (p.heads_q * p.delta_rows);
-    const Element* o = static_cast<const Element*>(p.out) + b * p.o_batch_stride + row * p.o_row_stride + h * p.o_head_stride;
-    const Element* d =
-        static_cast<const Element*>(p.dout) + b * p.do_batch_stride + row * p.do_row_stride + h * p.do_head_stride;
+    const Element* o = o_at<Element>(p, b, row, h);
+    const Element* d = do_at<Element>(p, b, row, h);
     float sum = 0.0f;
     for (int e = lane; e < p.head_dim_v; e += 32) sum += float(o[e]) * float(d[e]);
     sum = row_sum_all<32>(sum);

@@ -113,10 +113,8 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
   const auto tile_kv = make_shape(Int<kKeys>{}, Int<kHeadDim>{});
   const auto tile_q = make_shape(Int<kQueries>{}, Int<kHeadDim>{});
   const std::int64_t k_row = seq.k_begin + n0;
-  const Element* k_ptr =
-      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + k_row * p.k_row_stride + work.hk * p.k_head_stride);
-  const Element* v_ptr =
-      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + k_row * p.v_row_stride + work.hk * p.v_head_stride);
+  const Element* k_ptr = k_at<Element>(p, seq.batch, k_row, work.hk);
+  const Element* v_ptr = v_at<Element>(p, seq.batch, k_row, work.hk);
 
   Element* smem_k = reinterpret_cast<Element*>(smem);
   Element* smem_v = smem_k + Traits::kSmemElemsQ;
@@ -184,10 +182,8 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
     const std::int64_t q_row0 = seq.q_begin;
     for (std::int64_t m0 = query_begin; m0 < query_end; m0 += kQueries) {
       const int rows = int(min(std::int64_t(kQueries), seq.q_len - m0));
-      const Element* q_ptr = element_ptr<Element>(
-          p.q, seq.batch * p.q_batch_stride + (q_row0 + m0) * p.q_row_stride + h * p.q_head_stride);
-      const Element* do_ptr = element_ptr<Element>(
-          p.dout, seq.batch * p.do_batch_stride + (q_row0 + m0) * p.do_row_stride + h * p.do_head_stride);
+      const Element* q_ptr = q_at<Element>(p, seq.batch, q_row0 + m0, h);
+      const Element* do_ptr = do_at<Element>(p, seq.batch, q_row0 + m0, h);
       __syncthreads();  // the previous query tile's reads are done
       copy_predicated(load, load_thr.partition_S(cute::make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}))),
                       load_thr.partition_D(sQ), tQc, rows, p.head_dim);
@@ -248,10 +244,8 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
 
   CUTE_UNROLL
   for (int e = 0; e < size(acc_dk); ++e) acc_dk(e) *= p.scale;
-  Element* dk_ptr = static_cast<Element*>(p.dk) + seq.batch * p.dk_batch_stride + k_row * p.dk_row_stride +
-                    work.hk * p.dk_head_stride;
-  Element* dv_ptr = static_cast<Element*>(p.dv) + seq.batch * p.dv_batch_stride + k_row * p.dv_row_stride +
-                    work.hk * p.dv_head_stride;
+  Element* dk_ptr = dk_at<Element>(p, seq.batch, k_row, work.hk);
+  Element* dv_ptr = dv_at<Element>(p, seq.batch, k_row, work.hk);
   store_tile<Traits, typename Traits::SmemLayoutQ>(
       mma, convert_fragment<Element>(acc_dk), smem_k,
       cute::make_tensor(make_gmem_ptr(dk_ptr), tile_kv, make_stride(p.dk_row_stride, _1{})), keys, p.head_dim);

@@ -53,14 +53,10 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
   const auto tile_q = make_shape(Int<kBlockM>{}, Int<kHeadDim>{});
   const auto tile_kv = make_shape(Int<kBlockN>{}, Int<kHeadDim>{});
   const std::int64_t q_row = seq.q_begin + m0;
-  const Element* q_ptr =
-      element_ptr<Element>(p.q, seq.batch * p.q_batch_stride + q_row * p.q_row_stride + work.h * p.q_head_stride);
-  const Element* do_ptr = element_ptr<Element>(
-      p.dout, seq.batch * p.do_batch_stride + q_row * p.do_row_stride + work.h * p.do_head_stride);
-  const Element* k_ptr =
-      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + hk * p.k_head_stride);
-  const Element* v_ptr =
-      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + hk * p.v_head_stride);
+  const Element* q_ptr = q_at<Element>(p, seq.batch, q_row, work.h);
+  const Element* do_ptr = do_at<Element>(p, seq.batch, q_row, work.h);
+  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
+  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
 
   Element* smem_q = reinterpret_cast<Element*>(smem);
   Element* smem_do = smem_q + Traits::kSmemElemsQ;
@@ -174,8 +170,7 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
 
   CUTE_UNROLL
   for (int e = 0; e < size(acc_dq); ++e) acc_dq(e) *= p.scale;
-  Element* dq_ptr = static_cast<Element*>(p.dq) + seq.batch * p.dq_batch_stride + q_row * p.dq_row_stride +
-                    work.h * p.dq_head_stride;
+  Element* dq_ptr = dq_at<Element>(p, seq.batch, q_row, work.h);
   store_tile<Traits, typename Traits::SmemLayoutQ>(
       mma, convert_fragment<Element>(acc_dq), smem_q,
       cute::make_tensor(make_gmem_ptr(dq_ptr), tile_q, make_stride(p.dq_row_stride, _1{})), rows, p.head_dim);

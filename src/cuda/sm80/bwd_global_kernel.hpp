@@ -153,10 +153,8 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
   const int jobs = tiles * jobs_per_tile;
 
   const std::int64_t k_row = seq.k_begin + n0;
-  const Element* k_ptr =
-      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + k_row * p.k_row_stride + work.hk * p.k_head_stride);
-  const Element* v_ptr =
-      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + k_row * p.v_row_stride + work.hk * p.v_head_stride);
+  const Element* k_ptr = k_at<Element>(p, seq.batch, k_row, work.hk);
+  const Element* v_ptr = v_at<Element>(p, seq.batch, k_row, work.hk);
   const auto q_rows = [&](int t, std::int64_t* m0, int* h) {
     *h = work.hk * p.group + t / q_tiles;
     *m0 = query_begin + std::int64_t(t % q_tiles) * kRows;
@@ -175,9 +173,8 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
       q_rows(t, &m0, &h);
       const int rows = int(min(std::int64_t(kRows), seq.q_len - m0));
       const std::int64_t q_row = seq.q_begin + m0;
-      const Element* q = element_ptr<Element>(p.q, seq.batch * p.q_batch_stride + q_row * p.q_row_stride + h * p.q_head_stride);
-      const Element* d_o =
-          element_ptr<Element>(p.dout, seq.batch * p.do_batch_stride + q_row * p.do_row_stride + h * p.do_head_stride);
+      const Element* q = q_at<Element>(p, seq.batch, q_row, h);
+      const Element* d_o = do_at<Element>(p, seq.batch, q_row, h);
       if (r < qc) {  // S^T
         const int c0 = r * kChunk;
         load_chunk<Traits>(k_ptr + c0, p.k_row_stride, keys, p.head_dim - c0, stages.a(s));
@@ -247,10 +244,8 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
   }
   cp_async_wait<0>();
 
-  Element* dk = static_cast<Element*>(p.dk) + seq.batch * p.dk_batch_stride + k_row * p.dk_row_stride +
-                work.hk * p.dk_head_stride;
-  Element* dv = static_cast<Element*>(p.dv) + seq.batch * p.dv_batch_stride + k_row * p.dv_row_stride +
-                work.hk * p.dv_head_stride;
+  Element* dk = dk_at<Element>(p, seq.batch, k_row, work.hk);
+  Element* dv = dv_at<Element>(p, seq.batch, k_row, work.hk);
   store_chunks<Traits>(mma, dk_slot, tiles > 0, acc, p.scale, dk, p.dk_row_stride, keys, p.head_dim, smem_out);
   store_chunks<Traits>(mma, dv_slot, tiles > 0, acc, 1.0f, dv, p.dv_row_stride, keys, p.head_dim_v, smem_out);
 }
@@ -276,14 +271,10 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
   const int jobs = k_tiles * jobs_per_tile;
 
   const std::int64_t q_row = seq.q_begin + m0;
-  const Element* q_ptr =
-      element_ptr<Element>(p.q, seq.batch * p.q_batch_stride + q_row * p.q_row_stride + work.h * p.q_head_stride);
-  const Element* do_ptr =
-      element_ptr<Element>(p.dout, seq.batch * p.do_batch_stride + q_row * p.do_row_stride + work.h * p.do_head_stride);
-  const Element* k_ptr =
-      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + hk * p.k_head_stride);
-  const Element* v_ptr =
-      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + hk * p.v_head_stride);
+  const Element* q_ptr = q_at<Element>(p, seq.batch, q_row, work.h);
+  const Element* do_ptr = do_at<Element>(p, seq.batch, q_row, work.h);
+  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
+  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
 
   const ChunkStages<Traits> stages{reinterpret_cast<Element*>(smem)};
   Element* smem_out = stages.base + kStages * Traits::kStageElems;
@@ -348,8 +339,7 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
   }
   cp_async_wait<0>();
 
-  Element* dq = static_cast<Element*>(p.dq) + seq.batch * p.dq_batch_stride + q_row * p.dq_row_stride +
-                work.h * p.dq_head_stride;
+  Element* dq = dq_at<Element>(p, seq.batch, q_row, work.h);
   store_chunks<Traits>(mma, slot, k_tiles > 0, acc, p.scale, dq, p.dq_row_stride, rows, p.head_dim, smem_out);
 }
 

@@ -113,10 +113,8 @@ __device__ void dkdv_simt_tile(const BwdParams& p, const KvWorkItem& work, float
   rule.query_range(n0, n0 + keys, seq.q_len, &query_begin, &query_end);
 
   const std::int64_t k_row = seq.k_begin + n0;
-  const Element* k_ptr =
-      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + k_row * p.k_row_stride + work.hk * p.k_head_stride);
-  const Element* v_ptr =
-      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + k_row * p.v_row_stride + work.hk * p.v_head_stride);
+  const Element* k_ptr = k_at<Element>(p, seq.batch, k_row, work.hk);
+  const Element* v_ptr = v_at<Element>(p, seq.batch, k_row, work.hk);
   float* dk_accum = accum_row(p.dk_accum, seq.batch, k_row, work.hk);
   float* dv_accum = accum_row(p.dv_accum, seq.batch, k_row, work.hk);
   const std::int64_t dk_ld = p.dk_accum.ld * p.dk_accum.heads, dv_ld = p.dv_accum.ld * p.dv_accum.heads;
@@ -141,10 +139,8 @@ __device__ void dkdv_simt_tile(const BwdParams& p, const KvWorkItem& work, float
     for (std::int64_t m0 = query_begin; m0 < query_end; m0 += kTile) {
       const int rows = int(min(std::int64_t(kTile), seq.q_len - m0));
       const std::int64_t q_row = seq.q_begin + m0;
-      const Element* q_ptr =
-          element_ptr<Element>(p.q, seq.batch * p.q_batch_stride + q_row * p.q_row_stride + h * p.q_head_stride);
-      const Element* do_ptr =
-          element_ptr<Element>(p.dout, seq.batch * p.do_batch_stride + q_row * p.do_row_stride + h * p.do_head_stride);
+      const Element* q_ptr = q_at<Element>(p, seq.batch, q_row, h);
+      const Element* do_ptr = do_at<Element>(p, seq.batch, q_row, h);
       __syncthreads();  // the previous tile's statistics are read
       load_row_stats<kTile>(p, seq, h, m0, rows, lse2, delta);
       clear(st);
@@ -181,14 +177,10 @@ __device__ void dq_simt_tile(const BwdParams& p, const WorkItem& work, float* sm
   const int hk = work.h / p.group;
 
   const std::int64_t q_row = seq.q_begin + m0;
-  const Element* q_ptr =
-      element_ptr<Element>(p.q, seq.batch * p.q_batch_stride + q_row * p.q_row_stride + work.h * p.q_head_stride);
-  const Element* do_ptr =
-      element_ptr<Element>(p.dout, seq.batch * p.do_batch_stride + q_row * p.do_row_stride + work.h * p.do_head_stride);
-  const Element* k_ptr =
-      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + hk * p.k_head_stride);
-  const Element* v_ptr =
-      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + hk * p.v_head_stride);
+  const Element* q_ptr = q_at<Element>(p, seq.batch, q_row, work.h);
+  const Element* do_ptr = do_at<Element>(p, seq.batch, q_row, work.h);
+  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
+  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
   float* dq_accum = accum_row(p.dq_accum, seq.batch, q_row, work.h);
   const std::int64_t dq_ld = p.dq_accum.ld * p.dq_accum.heads;
 

@@ -23,6 +23,25 @@ __device__ __forceinline__ const Element* element_ptr(const void* base, std::int
   return static_cast<const Element*>(base) + offset;
 }
 
+// Row `row` (of the tensor's row dimension: with variable lengths, the packed row) of head h in
+// batch entry b of Q, K, V or the output O, from the tensors' (batch, row, head) strides.
+template <class Element>
+__device__ __forceinline__ const Element* q_at(const FwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
+  return element_ptr<Element>(p.q, b * p.q_batch_stride + row * p.q_row_stride + h * p.q_head_stride);
+}
+template <class Element>
+__device__ __forceinline__ const Element* k_at(const FwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
+  return element_ptr<Element>(p.k, b * p.k_batch_stride + row * p.k_row_stride + h * p.k_head_stride);
+}
+template <class Element>
+__device__ __forceinline__ const Element* v_at(const FwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
+  return element_ptr<Element>(p.v, b * p.v_batch_stride + row * p.v_row_stride + h * p.v_head_stride);
+}
+template <class Element>
+__device__ __forceinline__ Element* o_at(const FwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
+  return static_cast<Element*>(p.out) + b * p.o_batch_stride + row * p.o_row_stride + h * p.o_head_stride;
+}
+
 // The value unchanged, but opaque to the optimiser: what is derived from it is computed where it
 // is used instead of being hoisted out of a loop and kept live (register pressure).
 template <class T>

@@ -130,12 +130,9 @@ __device__ void forward_tile_fp32(const FwdParams& p, const WorkItem& work, floa
   const int n_first = int(key_begin / kBlockN), n_last = int((key_end - 1) / kBlockN);
   const int q_chunks = (p.head_dim + kChunk - 1) / kChunk, v_chunks = (p.head_dim_v + kVChunk - 1) / kVChunk;
 
-  const float* q_ptr = element_ptr<float>(
-      p.q, seq.batch * p.q_batch_stride + (seq.q_begin + m0) * p.q_row_stride + work.h * p.q_head_stride);
-  const float* k_ptr =
-      element_ptr<float>(p.k, seq.batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + hk * p.k_head_stride);
-  const float* v_ptr =
-      element_ptr<float>(p.v, seq.batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + hk * p.v_head_stride);
+  const float* q_ptr = q_at<float>(p, seq.batch, seq.q_begin + m0, work.h);
+  const float* k_ptr = k_at<float>(p, seq.batch, seq.k_begin, hk);
+  const float* v_ptr = v_at<float>(p, seq.batch, seq.k_begin, hk);
   float* sQt = smem;
   float* sKt = sQt + Traits::kQtElems;
   float* sP = sKt + Traits::kKtElems;
@@ -155,8 +152,7 @@ __device__ void forward_tile_fp32(const FwdParams& p, const WorkItem& work, floa
   float rescale[4], norm[4], lse[4];
   const std::int64_t m_end = m0 + rows;
   const float out_scale = (kFeatures & kDropout) && p.dropout ? p.dropout_scale : 1.0f;
-  float* o_ptr = static_cast<float*>(p.out) + seq.batch * p.o_batch_stride + (seq.q_begin + m0) * p.o_row_stride +
-                 work.h * p.o_head_stride;
+  float* o_ptr = o_at<float>(p, seq.batch, seq.q_begin + m0, work.h);
 
   for (int n = n_last; n >= n_first; --n) {
     const std::int64_t n0 = std::int64_t(n) * kBlockN;

@@ -81,12 +81,9 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
   const int jobs_per_tile = q_chunks + v_chunks;
   const int jobs = (n_last - n_first + 1) * jobs_per_tile;
 
-  const Element* q_ptr = element_ptr<Element>(
-      p.q, seq.batch * p.q_batch_stride + (seq.q_begin + m0) * p.q_row_stride + work.h * p.q_head_stride);
-  const Element* k_ptr =
-      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + hk * p.k_head_stride);
-  const Element* v_ptr =
-      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + hk * p.v_head_stride);
+  const Element* q_ptr = q_at<Element>(p, seq.batch, seq.q_begin + m0, work.h);
+  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
+  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
   const auto tile_a = make_shape(Int<kBlockM>{}, Int<kChunk>{});
   const auto tile_b = make_shape(Int<kBlockN>{}, Int<kChunk>{});
   Element* stages = reinterpret_cast<Element*>(smem);
@@ -158,8 +155,7 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
   float rescale[kRows], norm[kRows], lse[kRows];
   const std::int64_t m_end = m0 + rows;
   const float out_scale = (kFeatures & kDropout) && p.dropout ? p.dropout_scale : 1.0f;
-  Element* o_ptr = static_cast<Element*>(p.out) + seq.batch * p.o_batch_stride + (seq.q_begin + m0) * p.o_row_stride +
-                   work.h * p.o_head_stride;
+  Element* o_ptr = o_at<Element>(p, seq.batch, seq.q_begin + m0, work.h);
 
   int job = 0;
   for (int n = n_last; n >= n_first; --n) {

@@ -70,10 +70,8 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
 
   // K and V pointers at the sequence's first key; tile n starts kBlockN * n rows further.
   const int hk = work.h / p.group;
-  const Element* k_ptr =
-      element_ptr<Element>(p.k, seq.batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + hk * p.k_head_stride);
-  const Element* v_ptr =
-      element_ptr<Element>(p.v, seq.batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + hk * p.v_head_stride);
+  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
+  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
   // Copies K or V tile n into shared memory (rows past the sequence's keys and head-dim columns
   // past `cols` zero-filled). Everything derived from the thread index is rebuilt from an opaque
   // copy of it at each use so that the compiler keeps no per-copy addresses live across the loop.
@@ -90,8 +88,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   {
     const int t = threadIdx.x;
     auto thr = load.get_thread_slice(t);
-    const Element* q_ptr = element_ptr<Element>(
-        p.q, seq.batch * p.q_batch_stride + (seq.q_begin + m0) * p.q_row_stride + work.h * p.q_head_stride);
+    const Element* q_ptr = q_at<Element>(p, seq.batch, seq.q_begin + m0, work.h);
     Tensor gQ = cute::make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}));
     copy_predicated(load, thr.partition_S(gQ), thr.partition_D(sQ), thr.partition_S(make_identity_tensor(tile_q)), rows,
                     p.head_dim);
@@ -209,8 +206,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   float lse[decltype(size<0>(acc_o_rc))::value];
   softmax.finalize(acc_o_rc, (kFeatures & kDropout) && p.dropout ? p.dropout_scale : 1.0f, lse);
   write_lse(p, eseq, work.h, em0, erows, lse, rowcol(thr_mma.partition_C(make_identity_tensor(tile_q))));
-  Element* o_ptr = static_cast<Element*>(p.out) + eseq.batch * p.o_batch_stride +
-                   (eseq.q_begin + em0) * p.o_row_stride + work.h * p.o_head_stride;
+  Element* o_ptr = o_at<Element>(p, eseq.batch, eseq.q_begin + em0, work.h);
   store_tile<Traits, typename Traits::SmemLayoutQ>(
       mma, convert_fragment<Element>(acc_o), smem_q,
       cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{})), erows, p.head_dim_v);
