@@ -56,15 +56,22 @@ Need need(const detail::Problem& p, std::initializer_list<const TensorRef*> tens
   return n;
 }
 
-// Whether the bias can be copied into shared memory 16 bytes at a time (broadcast dimensions
-// have stride 0 and pass; a broadcast key dimension does not).
-bool bias_tileable(const TensorRef& bias, const detail::Problem& p) {
-  const std::int64_t esize = bias.dtype == DType::f32 ? 4 : 2;
-  if (p.bias_broadcast[3] || bias.strides[3] != 1) return false;
-  if (reinterpret_cast<std::uintptr_t>(bias.data) % 16 != 0) return false;
+// Whether the key rows of a [B, H, Mq, Mk] tensor move 16 bytes at a time: unit key stride, a
+// 16-byte aligned pointer, and 16-byte multiples for the strides of the other dimensions it
+// steps along (`steps[d]`; not those it broadcasts or has one element in).
+bool rows_tileable(const TensorRef& t, const bool (&steps)[3]) {
+  const std::int64_t esize = t.dtype == DType::f32 ? 4 : 2;
+  if (t.strides[3] != 1 || reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
   for (int d = 0; d < 3; ++d)
-    if (!p.bias_broadcast[d] && bias.strides[d] * esize % 16 != 0) return false;
+    if (steps[d] && t.strides[d] * esize % 16 != 0) return false;
   return true;
+}
+
+// Whether the bias can be copied into shared memory 16 bytes at a time (a broadcast key
+// dimension cannot).
+bool bias_tileable(const TensorRef& bias, const detail::Problem& p) {
+  const bool steps[3] = {!p.bias_broadcast[0], !p.bias_broadcast[1], !p.bias_broadcast[2]};
+  return !p.bias_broadcast[3] && rows_tileable(bias, steps);
 }
 
 Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
@@ -81,13 +88,10 @@ Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
 }
 
 // Whether a dense 16-bit dbias can be written 16 bytes at a time from the bias tile's shared
-// memory (unit column stride, 16-byte aligned rows and pointer).
+// memory.
 bool dbias_tileable(const TensorRef& dbias) {
-  if (dbias.dtype == DType::f32 || dbias.strides[3] != 1) return false;
-  if (reinterpret_cast<std::uintptr_t>(dbias.data) % 16 != 0) return false;
-  for (int d = 0; d < 3; ++d)
-    if (dbias.sizes[d] > 1 && dbias.strides[d] * 2 % 16 != 0) return false;
-  return true;
+  const bool steps[3] = {dbias.sizes[0] > 1, dbias.sizes[1] > 1, dbias.sizes[2] > 1};
+  return dbias.dtype != DType::f32 && rows_tileable(dbias, steps);
 }
 
 // Why a row cannot run a problem; empty when it can.

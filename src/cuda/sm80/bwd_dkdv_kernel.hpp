@@ -36,7 +36,7 @@ enum class DqWrite { own_kernel, atomic };
 // LSE and delta, and (kBiasTile rows) the bias of the (query tile, key tile), queries as rows.
 template <class Traits, unsigned kFeatures, DqWrite kDq = DqWrite::own_kernel>
 struct DkdvSmem {
-  static constexpr bool kTileBias = (kFeatures & kBias) != 0 && (kFeatures & kBiasTile) != 0;
+  static constexpr bool kTileBias = tiles_bias(kFeatures);
   using BiasTile = BiasTileShape<Traits::kBlockN, Traits::kBlockM>;
   static constexpr int kScoreElems = kDq == DqWrite::atomic ? int(cosize_v<typename Traits::SmemLayoutScores>) : 0;
   static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * Traits::kSmemElemsKV + kScoreElems;

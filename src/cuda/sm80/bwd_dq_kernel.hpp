@@ -27,7 +27,7 @@ using namespace cute;
 // (kBiasTile rows) the bias of the (query tile, key tile).
 template <class Traits, unsigned kFeatures>
 struct DqSmem {
-  static constexpr bool kTileBias = (kFeatures & kBias) != 0 && (kFeatures & kBiasTile) != 0;
+  static constexpr bool kTileBias = tiles_bias(kFeatures);
   using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * Traits::kSmemElemsKV;
   static constexpr int kBiasOffset = kElems * int(sizeof(typename Traits::Element)) + 2 * Traits::kBlockM * 4;

@@ -18,13 +18,19 @@ namespace memattn::cuda::sm80 {
 // words (apply_dropout_rows_paired, dropout_keep_bits); MMA-fragment kernels only.
 enum Features : unsigned { kPlain = 0, kBias = 1, kDropout = 2, kBiasTile = 4, kDropoutPaired = 8 };
 
+// Whether a kernel with these features reads the bias through a shared-memory tile.
+constexpr bool tiles_bias(unsigned features) { return (features & kBias) != 0 && (features & kBiasTile) != 0; }
+
 template <class Element>
 __device__ __forceinline__ const Element* element_ptr(const void* base, std::int64_t offset) {
   return static_cast<const Element*>(base) + offset;
 }
 
 // Row `row` (of the tensor's row dimension: with variable lengths, the packed row) of head h in
-// batch entry b of Q, K, V or the output O, from the tensors' (batch, row, head) strides.
+// batch entry b of Q, K, V or the output O, from the tensors' (batch, row, head) strides. (One
+// generic helper for these and the backward's do_at/dq_at/dk_at/dv_at changed the forward
+// kernel's register allocation, through the order of the pointer additions; they stay spelled
+// out so that the generated code is the one measured.)
 template <class Element>
 __device__ __forceinline__ const Element* q_at(const FwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
   return element_ptr<Element>(p.q, b * p.q_batch_stride + row * p.q_row_stride + h * p.q_head_stride);

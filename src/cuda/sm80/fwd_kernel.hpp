@@ -94,7 +94,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
                     p.head_dim);
   }
   // kBiasTile: the bias of key tile n goes to shared memory (after V) together with K(n).
-  constexpr bool kTileBias = (kFeatures & kBias) != 0 && (kFeatures & kBiasTile) != 0;
+  constexpr bool kTileBias = tiles_bias(kFeatures);
   using BiasTile = BiasTileShape<kBlockM, kBlockN>;
   char* smem_bias = reinterpret_cast<char*>(smem_v + Traits::kSmemElemsKV);
   const auto load_bias = [&](int n) {

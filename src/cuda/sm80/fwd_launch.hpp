@@ -59,7 +59,7 @@ Status resources(Kernel kernel, int threads, int smem, KernelResources* r) {
 template <class Traits, unsigned kFeatures>
 constexpr int forward_smem_bytes() {
   return Traits::kSmemBytes +
-         ((kFeatures & kBiasTile) != 0 ? BiasTileShape<Traits::kBlockM, Traits::kBlockN>::kBytes : 0);
+         (tiles_bias(kFeatures) ? BiasTileShape<Traits::kBlockM, Traits::kBlockN>::kBytes : 0);
 }
 
 template <class Traits, unsigned kFeatures>

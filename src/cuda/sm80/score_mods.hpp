@@ -48,8 +48,15 @@ struct BiasTileShape {
 // BiasTileShape tile of query rows x key columns.
 struct SharedBias {
   char* tile = nullptr;  // the tile's (0, 0)
-  int pitch = 0;               // bytes per row
+  int pitch = 0;         // bytes per row
 };
+
+// The bias of element (r, c) (query row, key column) of a SharedBias tile.
+template <class Element>
+__device__ __forceinline__ float shared_bias_at(const FwdParams& p, const SharedBias& t, int r, int c) {
+  const char* row = t.tile + r * t.pitch;
+  return p.bias_is_f32 ? reinterpret_cast<const float*>(row)[c] : float(reinterpret_cast<const Element*>(row)[c]);
+}
 
 // 16 bytes from global to shared memory, of which the first src_bytes are read and the rest zeroed.
 __device__ __forceinline__ void cp_async_zfill16(void* smem_dst, const void* gmem_src, int src_bytes) {
@@ -102,10 +109,7 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
       if (tile_bias) {
         const int r = kKeyRows ? get<1>(coord(e)) : get<0>(coord(e));
         const int c = kKeyRows ? get<0>(coord(e)) : get<1>(coord(e));
-        const char* row = shared_bias.tile + r * shared_bias.pitch;
-        const float b = p.bias_is_f32 ? reinterpret_cast<const float*>(row)[c]
-                                      : float(reinterpret_cast<const Element*>(row)[c]);
-        x = fmaf(b, kLog2e, x);
+        x = fmaf(shared_bias_at<Element>(p, shared_bias, r, c), kLog2e, x);
       } else if (has_bias && i < t.q_len && j < t.k_len) {
         const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
         const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
@@ -187,10 +191,7 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
       float x = s_rc(r, c) * p.scale_log2;
       if constexpr (kBiasCode) {
         if (tile_bias) {
-          const char* e = shared_bias.tile + (row0 + dr) * shared_bias.pitch;
-          const float b = p.bias_is_f32 ? reinterpret_cast<const float*>(e)[col0 + dc]
-                                        : float(reinterpret_cast<const Element*>(e)[col0 + dc]);
-          x = fmaf(b, kLog2e, x);
+          x = fmaf(shared_bias_at<Element>(p, shared_bias, row0 + dr, col0 + dc), kLog2e, x);
         } else if (has_bias && dr < rows_in && dc < cols_in) {
           const std::int64_t off = boff + std::int64_t(dc) * bias_cs;
           const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_row) + off)
