@@ -114,9 +114,12 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   [[maybe_unused]] std::uint64_t keep_bits = 0;
   if constexpr ((kFeatures & kDropout) != 0 && (kFeatures & kDropoutPaired) != 0)
     if (dropout) keep_bits = dropout_keep_bits<kKeyRows>(p, t, s.layout(), coord);
+  // Only rows with bias code can be given a bias (the dispatcher's rule), so only they carry the
+  // dbias stores: in the others the per-element bounds tests would run for nothing.
+  constexpr bool kDbiasCode = kWriteDbias && (kFeatures & kBias) != 0;
   char* dbias = nullptr;
   float* accum = nullptr;
-  if (kWriteDbias && p.dbias && !dbias_staged) {
+  if (kDbiasCode && p.dbias && !dbias_staged) {
     if (p.dbias_accum)
       accum = p.dbias_accum + std::int64_t(t.b) * p.dbias_accum_strides[0] + std::int64_t(t.h) * p.dbias_accum_strides[1];
     else
@@ -137,7 +140,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     const float ds = prob * (z * dp(e) - delta[r]);
     s(e) = prob * z;
     dp(e) = ds;
-    if constexpr (kWriteDbias) {
+    if constexpr (kDbiasCode) {
       if (dbias_staged) {
         const int r = kKeyRows ? get<1>(coord(e)) : get<0>(coord(e));
         const int c = kKeyRows ? get<0>(coord(e)) : get<1>(coord(e));

@@ -117,8 +117,18 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
         x = fmaf(b, kLog2e, x);
       }
     }
-    if (masked && !rule.visible(i, j)) x = -INFINITY;
     s(e) = x;
+  }
+  // The mask in a loop of its own behind one branch per tile, so that the tiles inside the window
+  // execute none of its 64-bit comparisons (inside the loop above, nvcc predicated them into
+  // every tile of the backward's dQ kernel).
+  if (masked) {
+    CUTE_UNROLL
+    for (int e = 0; e < size(s); ++e) {
+      std::int64_t i, j;
+      query_key<kKeyRows>(t, coord, e, &i, &j);
+      if (!rule.visible(i, j)) s(e) = -INFINITY;
+    }
   }
 }
 
