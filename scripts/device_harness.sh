@@ -3,6 +3,7 @@
 # scripts/bundle_deps.sh). Steps, all by default (choose with STEPS="build test ..."):
 #   build     configure and build for the GPU present with all cores
 #   test      every test (CPU and GPU) through CTest
+#   gtests    chosen GPU test binaries of a filtered build: GPU_TESTS="binary:gtest-filter ..."
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on a small GPU subset
 #   run       the CLI's default problem (`memattn run --verify`) and SASS instruction counts
 #   python    pip install . (offline, for the GPU present; PIP_ARGS adds -C options) and the PyTorch
@@ -42,6 +43,15 @@ if has test; then
   ctest --test-dir "$build" --output-on-failure -j 8 ${CTEST_ARGS:-} >"$out/tests.log" 2>&1
   note "tests: exit $? — $(grep -E 'tests passed|tests failed' "$out/tests.log")"
   grep -E "Failed|SKIPPED|\*\*\*" "$out/tests.log" | head -n 20 | tee -a "$summary"
+fi
+
+if has gtests; then
+  : >"$out/tests.log"
+  for t in ${GPU_TESTS:?GPU_TESTS names the test binaries}; do
+    "$build/tests/${t%%:*}" --gtest_filter="${t#*:}" >>"$out/tests.log" 2>&1
+    note "${t%%:*} [${t#*:}]: exit $? — $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$out/tests.log" | tail -n 1)"
+  done
+  grep -E '^\[  FAILED  \] [A-Z]' "$out/tests.log" | sort -u | head -n 20 | tee -a "$summary"
 fi
 
 if has sanitize; then

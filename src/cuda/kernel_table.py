@@ -87,6 +87,11 @@ SM80_BACKWARD_TILE = (64, 64, 4)
 # deterministic). Verified, but 0.72-0.89x the two-kernel rows (H200, 2026-11-22): experimental,
 # compiled for A/Bs only.
 SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
+# One-pass rows (bwd_fused_kernel.hpp): queries per step x keys per CTA, 8 warps, each GEMM with
+# its own warp grid and P/dS through shared memory, dQ by fp32 atomics. Chosen first unless
+# `deterministic`. Buckets: head dims that are multiples of 64 (the warp grids need it).
+SM80_BACKWARD_FUSED_TILE = (64, 128, 8)
+SM80_BACKWARD_FUSED_BUCKETS = (64, 128)
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
@@ -119,6 +124,7 @@ class Row:
     atomics: bool = False  # backward: dQ added with fp32 atomics by the dK/dV kernel (not deterministic)
     bias_tile: bool = False  # bias through a shared-memory tile (needs an aligned, unit-stride bias)
     dropout_paired: bool = False  # each dropout Philox call serves the lanes that need its words
+    fused: bool = False  # backward in one pass (bwd_fused_kernel.hpp); dQ by atomics
 
     @property
     def features(self):
@@ -129,7 +135,7 @@ class Row:
         loads = "vec" if self.loads == "vector16" else "elem"
         acc = "" if self.accumulator == "registers" else "_gacc"
         math = "_ffma" if self.math == "ffma" else ""
-        atomics = "_atomic" if self.atomics else ""
+        atomics = "_fused" if self.fused else "_atomic" if self.atomics else ""
         bias_tile = "_btile" if self.bias_tile else ""
         paired = "_dpair" if self.dropout_paired else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
@@ -138,11 +144,12 @@ class Row:
     def sort_key(self):
         # Newer family first; then the smallest bucket that fits; aligned loads before element
         # loads; tensor cores before CUDA cores; the least feature code that covers the problem
-        # (none, one feature, both); a bias tile before per-element bias reads (the dispatcher
+        # (none, one feature, both); the one-pass backward first (the dispatcher passes over it
+        # when `deterministic`); a bias tile before per-element bias reads (the dispatcher
         # passes over it when the bias cannot be tiled).
         feature_rank = {"plain": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
         return (self.experimental, -self.family, self.accumulator != "registers", self.head_dim,
-                self.loads != "vector16", self.math != "mma", feature_rank, self.atomics, not self.bias_tile,
+                self.loads != "vector16", self.math != "mma", feature_rank, not self.fused, self.atomics, not self.bias_tile,
                 self.variant)
 
 
@@ -207,6 +214,11 @@ def backward_rows():
                 full = features == "full"
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", full, full,
                                 atomics=True, experimental=True))
+    bm, bn, warps = SM80_BACKWARD_FUSED_TILE
+    for dtype in ("bf16", "fp16"):
+        for head_dim in SM80_BACKWARD_FUSED_BUCKETS:
+            rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
+                            atomics=True, fused=True))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):
@@ -221,7 +233,8 @@ def reduced(rows):
     """One row per kernel kind (family, pass, fp32 or not, accumulator, loads, features), smallest head dim first."""
     seen, out = set(), []
     for r in sorted(rows, key=lambda r: (r.head_dim, r.dtype)):
-        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.bias_tile, r.dropout_paired, r.loads, r.features)
+        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.fused, r.bias_tile,
+                r.dropout_paired, r.loads, r.features)
         if kind not in seen and r.variant == 0:
             seen.add(kind)
             out.append(r)
@@ -236,6 +249,8 @@ def template_args(r):
     if r.pass_ == "bwd" and r.accumulator == "global" and r.math == "ffma":
         element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
+    if r.pass_ == "bwd" and r.fused:
+        return f"sm80::FusedBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}>, {features}"
     if r.pass_ == "bwd" and r.accumulator == "global":
         return (f"sm80::GlobalBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.warps}, {SM80_BACKWARD_GACC_TILE[3]}, "
                 f"{loads}>, {features}")
@@ -268,7 +283,7 @@ def generate(rows, out):
         path = os.path.join(out, f"{r.name}.cu")
         if r.pass_ == "bwd":
             header, params = "cuda/sm80/bwd_launch.hpp", "BwdParams"
-            suffix = ("_atomic" if r.atomics else "" if r.accumulator == "registers" else "_global" if r.math == "ffma"
+            suffix = ("_fused" if r.fused else "_atomic" if r.atomics else "" if r.accumulator == "registers" else "_global" if r.math == "ffma"
                       else "_gacc")
             launch, resources = f"launch_backward{suffix}", f"backward{suffix}_resources"
         else:

@@ -77,6 +77,20 @@ __global__ void __launch_bounds__(256) zero_unused_keys_kernel(const __grid_cons
   }
 }
 
+// The work of a CTA that owns a key tile: key block n_block of kv head hk of sequence b.
+struct KvWorkItem {
+  int n_block, hk, b;
+};
+
+__device__ __forceinline__ KvWorkItem decode_kv_work(const BwdParams& p, std::int64_t index) {
+  KvWorkItem w;
+  w.n_block = int(index % p.num_n_blocks);
+  const std::int64_t rest = index / p.num_n_blocks;
+  w.hk = int(rest % p.heads_k);
+  w.b = int(rest / p.heads_k);
+  return w;
+}
+
 // Per-query statistics of one query tile, staged in shared memory: LSE in base 2 (+inf for rows
 // that see no key, so that their P is 0) and delta.
 template <int kRows>

@@ -83,19 +83,6 @@ __device__ __forceinline__ void add_dq_atomic(const BwdParams& p, const TiledMma
   }
 }
 
-struct KvWorkItem {
-  int n_block, hk, b;
-};
-
-__device__ __forceinline__ KvWorkItem decode_kv_work(const BwdParams& p, std::int64_t index) {
-  KvWorkItem w;
-  w.n_block = int(index % p.num_n_blocks);
-  const std::int64_t rest = index / p.num_n_blocks;
-  w.hk = int(rest % p.heads_k);
-  w.b = int(rest / p.heads_k);
-  return w;
-}
-
 template <class Traits, unsigned kFeatures, DqWrite kDq = DqWrite::own_kernel>
 __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem) {
   using Element = typename Traits::Element;

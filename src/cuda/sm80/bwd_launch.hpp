@@ -9,6 +9,7 @@
 #include "cuda/kernel_table.hpp"
 #include "cuda/sm80/bwd_dkdv_kernel.hpp"
 #include "cuda/sm80/bwd_dq_kernel.hpp"
+#include "cuda/sm80/bwd_fused_kernel.hpp"
 #include "cuda/sm80/bwd_global_kernel.hpp"
 #include "cuda/sm80/bwd_simt_kernel.hpp"
 #include "cuda/sm80/fwd_launch.hpp"
@@ -148,21 +149,40 @@ Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
   return backward_epilogue<Element>(p, stream);
 }
 
-// The one-kernel rows: dK/dV as above, dQ added to an fp32 workspace with atomics by the same
-// kernel (no dQ kernel), then converted.
-template <class DqTraits, class DkdvTraits, unsigned kFeatures>
-Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
-  using Element = typename DkdvTraits::Element;
+// The rows whose one kernel adds dQ to an fp32 workspace with atomics: the workspace zeroed,
+// launch_kernel(), then dQ written from the workspace.
+template <class Element, class LaunchKernel>
+Status launch_backward_dq_atomics(const BwdParams& p, cudaStream_t stream, LaunchKernel&& launch_kernel) {
   if (Status s = backward_prologue<Element>(p, true, stream); !s.ok()) return s;
   if (Status s = clear_accum(p.dq_accum, "dQ workspace", stream); !s.ok()) return s;
-  if (Status s = launch_grid(dkdv_kernel<DkdvTraits, kFeatures, DqWrite::atomic>, DkdvTraits::kThreads,
-                             DkdvSmem<DkdvTraits, kFeatures, DqWrite::atomic>::kBytes, p.num_kv_blocks, 0, p, stream);
-      !s.ok())
-    return s;
+  if (Status s = launch_kernel(); !s.ok()) return s;
   finish_gradient<Element>(p.dq_accum, p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim,
                            p.scale, stream);
   if (Status s = cuda_status(cudaGetLastError(), "dQ conversion"); !s.ok()) return s;
   return backward_epilogue<Element>(p, stream);
+}
+
+// The one-kernel rows: dK/dV as above, dQ by the same kernel (no dQ kernel).
+template <class DqTraits, class DkdvTraits, unsigned kFeatures>
+Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
+  return launch_backward_dq_atomics<typename DkdvTraits::Element>(p, stream, [&] {
+    return launch_grid(dkdv_kernel<DkdvTraits, kFeatures, DqWrite::atomic>, DkdvTraits::kThreads,
+                       DkdvSmem<DkdvTraits, kFeatures, DqWrite::atomic>::kBytes, p.num_kv_blocks, 0, p, stream);
+  });
+}
+
+// The one-pass rows (bwd_fused_kernel.hpp).
+template <class Traits, unsigned kFeatures>
+Status launch_backward_fused(const BwdParams& p, cudaStream_t stream) {
+  return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
+    return launch_grid(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, FusedBwdSmem<Traits>::kBytes,
+                       p.num_kv_blocks, 0, p, stream);
+  });
+}
+
+template <class Traits, unsigned kFeatures>
+Status backward_fused_resources(KernelResources* r) {
+  return resources(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, FusedBwdSmem<Traits>::kBytes, r);
 }
 
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>

@@ -95,6 +95,41 @@ __device__ __forceinline__ void gemm_smem(const TiledMma& mma, const SmemA& sA, 
   }
 }
 
+// acc += A B^T with both operands in shared memory, each read through its own copy atom
+// (ldmatrix, or ldmatrix.trans for a transposed view), k16 slice by slice into a two-slice
+// register buffer: reusing the buffer keeps the compiler from hoisting every slice's loads ahead
+// of the MMAs, which in kernels with large accumulators costs spills. tid: the thread index
+// (an opaque copy keeps the addresses derived from it from being hoisted out of a caller's loop).
+template <class AtomA, class AtomB, class TiledMma, class SmemA, class SmemB, class Acc>
+__device__ __forceinline__ void gemm_smem_2slice(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
+                                                 int tid) {
+  constexpr int kSliceK = 16;
+  auto thr_mma = mma.get_thread_slice(tid);
+  const auto slices_a = make_shape(size<0>(sA), Int<2 * kSliceK>{});
+  const auto slices_b = make_shape(size<0>(sB), Int<2 * kSliceK>{});
+  Tensor rA = thr_mma.partition_fragment_A(local_tile(sA, slices_a, make_coord(0, 0)));  // (V, M, 2)
+  Tensor rB = thr_mma.partition_fragment_B(local_tile(sB, slices_b, make_coord(0, 0)));
+  auto a_copy = make_tiled_copy_A(AtomA{}, mma);
+  auto b_copy = make_tiled_copy_B(AtomB{}, mma);
+  auto a_thr = a_copy.get_thread_slice(tid);
+  auto b_thr = b_copy.get_thread_slice(tid);
+  Tensor sA_s2r = a_thr.partition_S(sA);  // (CPY, CPY_M, K / 16)
+  Tensor sB_s2r = b_thr.partition_S(sB);
+  Tensor rA_view = a_thr.retile_D(rA);
+  Tensor rB_view = b_thr.retile_D(rB);
+  constexpr int kSlices = decltype(size<2>(sA_s2r))::value;
+  copy(a_copy, sA_s2r(_, _, 0), rA_view(_, _, 0));
+  copy(b_copy, sB_s2r(_, _, 0), rB_view(_, _, 0));
+  CUTE_UNROLL
+  for (int kk = 0; kk < kSlices; ++kk) {
+    if (kk + 1 < kSlices) {
+      copy(a_copy, sA_s2r(_, _, kk + 1), rA_view(_, _, (kk + 1) % 2));
+      copy(b_copy, sB_s2r(_, _, kk + 1), rB_view(_, _, (kk + 1) % 2));
+    }
+    gemm(mma, rA(_, _, kk % 2), rB(_, _, kk % 2), acc);
+  }
+}
+
 // acc += A B with A a register fragment (an accumulator reused as the A operand) and B read
 // transposed from shared memory (ldmatrix.trans).
 template <class Traits, class TiledMma, class RegA, class SmemBt, class Acc>

@@ -1,0 +1,221 @@
+// The sm80 backward in one pass over the scores (register accumulators, head dims 64 and 128).
+//
+// One CTA owns kBlockN keys of one (sequence, kv head) and walks, for every query head of the kv
+// head's group, the query tiles that can see them. Per tile: S = Q K^T and dP = dO V^T, P and
+// dS elementwise (gradient_tile), both written to shared memory; then dV += P^T dO and
+// dK += dS^T Q into the CTA's register accumulators, and dQ = dS K added to an fp32 workspace
+// with atomics (not bit-reproducible: `deterministic` takes the two-kernel rows).
+//
+// Why this layout (FusedBwdTraits): the two-kernel rows give each warp 16 full-width rows, so
+// every warp reads whole Q, dO (or K, V) tiles from shared memory for each tile; ncu found their
+// shared-memory pipe at 73-87% of its peak (H100, 2026-11-22 (5)). Here every GEMM has its own
+// warp grid and each warp reads only its share, which with the single pass over S and dP (five
+// GEMMs instead of seven) cuts the shared-memory bytes per useful FLOP by ~40%.
+//
+// Pipelining: the next tile's Q and dO are loaded (cp.async) as soon as the dK GEMM has read
+// this tile's, so the loads overlap the dQ GEMM and its atomics; its LSE and delta are fetched
+// into registers at the same time and staged in shared memory after the atomics.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+#include "core/mask.hpp"
+#include "cuda/bwd_params.hpp"
+#include "cuda/sm80/bwd_common.hpp"
+#include "cuda/sm80/bwd_fused_traits.hpp"
+#include "cuda/sm80/epilogue.hpp"
+#include "cuda/sm80/fragments.hpp"
+#include "cuda/sm80/fwd_common.hpp"
+#include "cuda/tile_scheduler.hpp"
+
+namespace memattn::cuda::sm80 {
+
+using namespace cute;
+
+// Shared memory, in elements: K, V, Q, dO, P, dS; then the query tile's LSE (base 2) and delta.
+template <class Traits>
+struct FusedBwdSmem {
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + Traits::kSmemElemsKV;
+  static constexpr int kQ = kV + Traits::kSmemElemsKV;
+  static constexpr int kDo = kQ + Traits::kSmemElemsQ;
+  static constexpr int kP = kDo + Traits::kSmemElemsQ;
+  static constexpr int kDs = kP + Traits::kSmemElemsP;
+  static constexpr int kStatsOffset = (kDs + Traits::kSmemElemsP) * int(sizeof(typename Traits::Element));
+  static constexpr int kBytes = kStatsOffset + 2 * Traits::kBlockM * int(sizeof(float));
+};
+
+// One query row's LSE and delta as loaded (thread r holds row r of the tile), so that the loads
+// can be issued a step before shared memory is free for them.
+struct RowStat {
+  float lse = INFINITY;  // rows past the sequence: +inf, so that their P is 0
+  float delta = 0.0f;
+};
+
+__device__ __forceinline__ RowStat fetch_row_stat(const BwdParams& p, const SequenceInfo& seq, int h,
+                                                  std::int64_t m0, int rows) {
+  RowStat s;
+  if (int(threadIdx.x) < rows) {
+    const std::int64_t row = seq.q_begin + m0 + threadIdx.x;
+    s.lse = p.lse[seq.batch * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
+    s.delta = p.delta[(seq.batch * p.heads_q + h) * p.delta_rows + row];
+  }
+  return s;
+}
+
+// Base-2 LSE (+inf for rows that see no key, whose LSE is -inf) and delta, as gradient_tile reads them.
+template <int kRows>
+__device__ __forceinline__ void stage_row_stat(const RowStat& s, float* lse2, float* delta) {
+  if (threadIdx.x < kRows) {
+    lse2[threadIdx.x] = s.lse == -INFINITY ? INFINITY : s.lse * kLog2e;
+    delta[threadIdx.x] = s.delta;
+  }
+}
+
+template <class Traits, unsigned kFeatures>
+__device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char* smem) {
+  using Element = typename Traits::Element;
+  using Smem = FusedBwdSmem<Traits>;
+  constexpr int kQueries = Traits::kBlockM, kKeys = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  static_assert(kQueries <= Traits::kThreads, "one thread per query row stages the row statistics");
+  const SequenceInfo seq = sequence_info(p, work.b);
+  const std::int64_t n0 = std::int64_t(work.n_block) * kKeys;
+  if (n0 >= seq.k_len) return;
+  const int keys = int(min(std::int64_t(kKeys), seq.k_len - n0));
+  const detail::MaskRule rule = mask_rule(p, seq);
+  std::int64_t query_begin = 0, query_end = 0;
+  rule.query_range(n0, n0 + keys, seq.q_len, &query_begin, &query_end);
+  // The steps: every query tile of [query_begin, query_end), for each head of the group.
+  const int q_tiles = query_end > query_begin ? int((query_end - query_begin + kQueries - 1) / kQueries) : 0;
+  const int steps = p.group * q_tiles;
+  const auto step_head = [&](int step) { return work.hk * p.group + step / q_tiles; };
+  const auto step_m0 = [&](int step) { return query_begin + std::int64_t(step % q_tiles) * kQueries; };
+  const auto step_rows = [&](std::int64_t m0) { return int(min(std::int64_t(kQueries), seq.q_len - m0)); };
+
+  Element* base = reinterpret_cast<Element*>(smem);
+  Tensor sK = cute::make_tensor(make_smem_ptr(base + Smem::kK), typename Traits::SmemLayoutKV{});
+  Tensor sKt = cute::make_tensor(make_smem_ptr(base + Smem::kK), typename Traits::SmemLayoutKt{});
+  Tensor sV = cute::make_tensor(make_smem_ptr(base + Smem::kV), typename Traits::SmemLayoutKV{});
+  Tensor sQ = cute::make_tensor(make_smem_ptr(base + Smem::kQ), typename Traits::SmemLayoutQ{});
+  Tensor sQt = cute::make_tensor(make_smem_ptr(base + Smem::kQ), typename Traits::SmemLayoutQt{});
+  Tensor sdO = cute::make_tensor(make_smem_ptr(base + Smem::kDo), typename Traits::SmemLayoutQ{});
+  Tensor sdOt = cute::make_tensor(make_smem_ptr(base + Smem::kDo), typename Traits::SmemLayoutQt{});
+  Tensor sP = cute::make_tensor(make_smem_ptr(base + Smem::kP), typename Traits::SmemLayoutP{});
+  Tensor sPt = cute::make_tensor(make_smem_ptr(base + Smem::kP), typename Traits::SmemLayoutPt{});
+  Tensor sdS = cute::make_tensor(make_smem_ptr(base + Smem::kDs), typename Traits::SmemLayoutP{});
+  Tensor sdSt = cute::make_tensor(make_smem_ptr(base + Smem::kDs), typename Traits::SmemLayoutPt{});
+  float* lse2 = reinterpret_cast<float*>(smem + Smem::kStatsOffset);
+  float* delta = lse2 + kQueries;
+
+  const auto tile_kv = make_shape(Int<kKeys>{}, Int<kHeadDim>{});
+  const auto tile_q = make_shape(Int<kQueries>{}, Int<kHeadDim>{});
+  const std::int64_t k_row = seq.k_begin + n0;
+  typename Traits::LoadCopy load;
+  const auto global_tile = [](auto* ptr, auto shape, std::int64_t row_stride) {
+    return cute::make_tensor(make_gmem_ptr(ptr), shape, make_stride(row_stride, _1{}));
+  };
+  // Copies a tile into shared memory (rows past `rows` and columns past `cols` zero-filled).
+  // Everything derived from the thread index is rebuilt from an opaque copy of it at each use, so
+  // that no per-copy addresses stay live across the steps (register pressure).
+  const auto load_tile = [&](const auto& gmem, auto& smem_tile, int rows, int cols) {
+    auto thr = load.get_thread_slice(opaque(int(threadIdx.x)));
+    copy_predicated(load, thr.partition_S(gmem), thr.partition_D(smem_tile),
+                    thr.partition_S(make_identity_tensor(shape(gmem))), rows, cols);
+  };
+  load_tile(global_tile(k_at<Element>(p, seq.batch, k_row, work.hk), tile_kv, p.k_row_stride), sK, keys, p.head_dim);
+  load_tile(global_tile(v_at<Element>(p, seq.batch, k_row, work.hk), tile_kv, p.v_row_stride), sV, keys, p.head_dim_v);
+  cp_async_fence();
+  // Issues the cp.async copies of a step's Q and dO and fetches its row statistics.
+  const auto load_step = [&](int step) {
+    const int h = step_head(step);
+    const std::int64_t m0 = step_m0(step), q_row = seq.q_begin + m0;
+    const int rows = step_rows(m0);
+    load_tile(global_tile(q_at<Element>(p, seq.batch, q_row, h), tile_q, p.q_row_stride), sQ, rows, p.head_dim);
+    load_tile(global_tile(do_at<Element>(p, seq.batch, q_row, h), tile_q, p.do_row_stride), sdO, rows, p.head_dim_v);
+    cp_async_fence();
+    return fetch_row_stat(p, seq, h, m0, rows);
+  };
+
+  typename Traits::MmaSdp mma_sdp;
+  typename Traits::MmaDkv mma_dkv;
+  typename Traits::MmaDq mma_dq;
+  using Ldsm = typename Traits::SmemToRegAtom;
+  using LdsmT = typename Traits::SmemToRegAtomTransposed;
+  const auto tile_s = make_shape(Int<kQueries>{}, Int<kKeys>{});
+  auto p_store = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma_sdp);
+  Tensor acc_dk = partition_fragment_C(mma_dkv, tile_kv);
+  Tensor acc_dv = partition_fragment_C(mma_dkv, tile_kv);
+  clear(acc_dk);
+  clear(acc_dv);
+  const std::int64_t dq_row_ld = p.dq_accum.heads * p.dq_accum.ld;
+
+  if (steps > 0) stage_row_stat<kQueries>(load_step(0), lse2, delta);
+  for (int step = 0; step < steps; ++step) {
+    const int h = step_head(step);
+    const std::int64_t m0 = step_m0(step);
+    const int rows = step_rows(m0);
+    const int t = opaque(int(threadIdx.x));
+    cp_async_wait<0>();
+    __syncthreads();  // this step's Q, dO and row statistics are in; the last step's dS reads are done
+
+    Tensor acc_s = partition_fragment_C(mma_sdp, tile_s);
+    Tensor acc_dp = partition_fragment_C(mma_sdp, tile_s);
+    clear(acc_s);
+    clear(acc_dp);
+    gemm_smem_2slice<Ldsm, Ldsm>(mma_sdp, sQ, sK, acc_s, t);
+    gemm_smem_2slice<Ldsm, Ldsm>(mma_sdp, sdO, sV, acc_dp, t);
+    const Tensor coord_s = mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
+    const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
+    const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
+    gradient_tile<Element, kFeatures, false, true>(p, rule, origin, masked, acc_s, acc_dp, coord_s, lse2, delta);
+    {
+      Tensor p_frag = convert_fragment<Element>(acc_s);
+      Tensor ds_frag = convert_fragment<Element>(acc_dp);
+      auto p_store_thr = p_store.get_thread_slice(t);
+      copy(p_store, p_store_thr.retile_S(p_frag), p_store_thr.partition_D(sP));
+      copy(p_store, p_store_thr.retile_S(ds_frag), p_store_thr.partition_D(sdS));
+    }
+    __syncthreads();  // P and dS are in
+
+    gemm_smem_2slice<LdsmT, LdsmT>(mma_dkv, sPt, sdOt, acc_dv, t);
+    gemm_smem_2slice<LdsmT, LdsmT>(mma_dkv, sdSt, sQt, acc_dk, t);
+    __syncthreads();  // Q and dO are free: the next step's loads overlap the dQ GEMM
+    RowStat next;
+    if (step + 1 < steps) next = load_step(step + 1);
+
+    Tensor acc_dq = partition_fragment_C(mma_dq, tile_q);
+    clear(acc_dq);
+    gemm_smem_2slice<Ldsm, LdsmT>(mma_dq, sdS, sKt, acc_dq, t);
+    const Tensor coord_dq = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(tile_q));
+    float* dq = accum_row(p.dq_accum, seq.batch, seq.q_begin + m0, h);
+    CUTE_UNROLL
+    for (int e = 0; e < size(acc_dq); ++e) {
+      const int row = get<0>(coord_dq(e)), col = get<1>(coord_dq(e));
+      if (row < rows && col < p.head_dim) atomicAdd(dq + row * dq_row_ld + col, acc_dq(e));
+    }
+    if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
+  }
+  cp_async_wait<0>();  // K and V, when no step ran
+
+  CUTE_UNROLL
+  for (int e = 0; e < size(acc_dk); ++e) acc_dk(e) *= p.scale;
+  store_tile<Traits, typename Traits::SmemLayoutKV>(
+      mma_dkv, convert_fragment<Element>(acc_dk), base + Smem::kK,
+      global_tile(dk_at<Element>(p, seq.batch, k_row, work.hk), tile_kv, p.dk_row_stride), keys, p.head_dim);
+  store_tile<Traits, typename Traits::SmemLayoutKV>(
+      mma_dkv, convert_fragment<Element>(acc_dv), base + Smem::kV,
+      global_tile(dv_at<Element>(p, seq.batch, k_row, work.hk), tile_kv, p.dv_row_stride), keys, p.head_dim_v);
+}
+
+template <class Traits, unsigned kFeatures>
+__global__ void __launch_bounds__(Traits::kThreads, 1) fused_bwd_kernel(const __grid_constant__ BwdParams p) {
+  extern __shared__ __align__(128) char smem[];
+  for (std::int64_t index = blockIdx.x; index < p.num_kv_blocks; index += gridDim.x) {
+    fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, index), smem);
+    __syncthreads();
+  }
+}
+
+}  // namespace memattn::cuda::sm80
