@@ -91,6 +91,7 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # its own warp grid and P/dS through shared memory, dQ by fp32 atomics. Chosen first unless
 # `deterministic`. Buckets: head dims that are multiples of 64 (the warp grids need it).
 SM80_BACKWARD_FUSED_TILE = (64, 128, 8)
+SM80_BACKWARD_FUSED_EXTRA_TILES = ((64, 64, 4),)
 SM80_BACKWARD_FUSED_BUCKETS = (64, 128)
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
@@ -219,6 +220,9 @@ def backward_rows():
         for head_dim in SM80_BACKWARD_FUSED_BUCKETS:
             rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             atomics=True, fused=True))
+            for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_FUSED_EXTRA_TILES, start=1):
+                rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False,
+                                variant, atomics=True, fused=True))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):
@@ -250,7 +254,8 @@ def template_args(r):
         element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
     if r.pass_ == "bwd" and r.fused:
-        return f"sm80::FusedBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}>, {features}"
+        return (f"sm80::FusedBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}>, "
+                f"{features}")
     if r.pass_ == "bwd" and r.accumulator == "global":
         return (f"sm80::GlobalBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.warps}, {SM80_BACKWARD_GACC_TILE[3]}, "
                 f"{loads}>, {features}")

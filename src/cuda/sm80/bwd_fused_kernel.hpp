@@ -210,7 +210,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
 }
 
 template <class Traits, unsigned kFeatures>
-__global__ void __launch_bounds__(Traits::kThreads, 1) fused_bwd_kernel(const __grid_constant__ BwdParams p) {
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) fused_bwd_kernel(const __grid_constant__ BwdParams p) {
   extern __shared__ __align__(128) char smem[];
   for (std::int64_t index = blockIdx.x; index < p.num_kv_blocks; index += gridDim.x) {
     fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, index), smem);

@@ -17,22 +17,26 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_>
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_>
 struct FusedBwdTraits {
   using Element = Element_;
   static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
   static constexpr int kHeadDim = kHeadDim_;  // D and Dv both padded to it (zero-filled)
   static constexpr int kBlockM = kBlockM_;    // queries per step
   static constexpr int kBlockN = kBlockN_;    // keys per CTA
-  static constexpr int kWarps = 8;
+  static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr Loads kLoads = Loads::vector16;
+  // Eight warps fill an SM's register file with one CTA; four leave room for two CTAs, so that
+  // one CTA's barriers and elementwise phases overlap the other's GEMMs.
+  static constexpr int kMinBlocksPerSm = 8 / kWarps;
 
   // Warp grids (rows x columns of each GEMM's output); every warp's share is a multiple of 16 x 16.
-  using WarpsSdp = Shape<_2, _4, _1>;
-  using WarpsDkv = Shape<_4, _2, _1>;
-  using WarpsDq = Shape<_2, _4, _1>;
-  static_assert(kBlockM % 32 == 0 && kBlockN % 64 == 0 && kHeadDim % 64 == 0);
+  static_assert(kWarps == 4 || kWarps == 8);
+  using WarpsSdp = std::conditional_t<kWarps == 8, Shape<_2, _4, _1>, Shape<_2, _2, _1>>;
+  using WarpsDkv = std::conditional_t<kWarps == 8, Shape<_4, _2, _1>, Shape<_2, _2, _1>>;
+  using WarpsDq = WarpsSdp;
+  static_assert(kBlockM % 32 == 0 && kBlockN % (16 * (kWarps / 2)) == 0 && kHeadDim % 64 == 0);
 
   using MmaOp = std::conditional_t<std::is_same_v<Element, cute::bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
                                    SM80_16x8x16_F32F16F16F32_TN>;
