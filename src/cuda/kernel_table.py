@@ -87,9 +87,13 @@ SM80_BACKWARD_TILE = (64, 64, 4)
 # deterministic). Verified, but 0.72-0.89x the two-kernel rows (H200, 2026-11-22): experimental,
 # compiled for A/Bs only.
 SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
-# One-pass rows (bwd_fused_kernel.hpp): queries per step x keys per CTA, 8 warps, each GEMM with
-# its own warp grid and P/dS through shared memory, dQ by fp32 atomics. Chosen first unless
-# `deterministic`. Buckets: head dims that are multiples of 64 (the warp grids need it).
+# One-pass rows (bwd_fused_kernel.hpp): queries per step x keys per CTA, warps; each GEMM with
+# its own warp grid and P/dS through shared memory, dQ by fp32 atomics (FlashAttention-2's
+# layout). Verified (tests, sanitizers), but slower than the two-kernel rows once those lost their
+# dead elementwise code (H100, 2026-11-22, bf16 S = 2048/8192): 8 warps x 128 keys D = 64
+# 139-159 vs 163-182, D = 128 125-179 vs 175-213; 4 warps x 64 keys (two CTAs per SM) lower
+# still. Latency-bound (ncu: 0.43 eligible warps per scheduler, 4.4 instructions per HMMA):
+# experimental, compiled for A/Bs only. Buckets: multiples of 64 (the warp grids need it).
 SM80_BACKWARD_FUSED_TILE = (64, 128, 8)
 SM80_BACKWARD_FUSED_EXTRA_TILES = ((64, 64, 4),)
 SM80_BACKWARD_FUSED_BUCKETS = (64, 128)
@@ -146,8 +150,8 @@ class Row:
         # Newer family first; then the smallest bucket that fits; aligned loads before element
         # loads; tensor cores before CUDA cores; the least feature code that covers the problem
         # (none, one feature, both); the one-pass backward first (the dispatcher passes over it
-        # when `deterministic`); a bias tile before per-element bias reads (the dispatcher
-        # passes over it when the bias cannot be tiled).
+        # when `deterministic`; experimental for now); a bias tile before per-element bias reads
+        # (the dispatcher passes over it when the bias cannot be tiled).
         feature_rank = {"plain": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
         return (self.experimental, -self.family, self.accumulator != "registers", self.head_dim,
                 self.loads != "vector16", self.math != "mma", feature_rank, not self.fused, self.atomics, not self.bias_tile,
@@ -219,10 +223,10 @@ def backward_rows():
     for dtype in ("bf16", "fp16"):
         for head_dim in SM80_BACKWARD_FUSED_BUCKETS:
             rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
-                            atomics=True, fused=True))
+                            atomics=True, fused=True, experimental=True))
             for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_FUSED_EXTRA_TILES, start=1):
                 rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False,
-                                variant, atomics=True, fused=True))
+                                variant, atomics=True, fused=True, experimental=True))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):
