@@ -5,7 +5,8 @@
 
 CPU tensors run on memattn's CPU backend (float64 on its float64 reference), CUDA tensors on its
 CUDA backend. Both are torch custom ops (memattn::attention_forward / attention_backward) with fake
-implementations, so torch.compile traces them, and gradients flow to q, k, v and the bias.
+implementations, so torch.compile traces them, and gradients flow to q, k, v and the bias; eager
+calls skip the custom-op dispatch (its host time per call, see _ops.py).
 """
 import math
 from typing import Optional, Tuple
@@ -85,7 +86,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     rng = None
     if dropout_p > 0.0:  # seed from torch's generator (offset 0: a fresh seed per call)
         rng = torch.cat([torch.randint(0, 2**62, (1,), dtype=torch.int64), torch.zeros(1, dtype=torch.int64)])
-    out, lse = _ops.attention_forward(
+    out, lse = _ops.attend(
         _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v), _bias(bias, q), left, right,
         alignment == "bottom_right", float(dropout_p), rng, float(scale), seqstart_q, seqstart_k, seqused_k,
         bool(deterministic))

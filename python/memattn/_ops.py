@@ -2,7 +2,12 @@
 (meta) implementations, so torch.compile traces them without graph breaks, and autograd wired
 from the forward to the backward op. They run the C++ library on the tensors' memory: the CPU
 backend for CPU tensors (the float64 reference for float64), the CUDA backend for CUDA tensors on
-the current stream."""
+the current stream.
+
+In eager mode memattn.attention calls the same two functions through a torch.autograd.Function
+(`attend`) instead: torch.library's dispatch of a custom op costs more host time per call than a
+~1 ms attention kernel can hide when the caller synchronises after each call. Anything that
+traces (torch.compile, export) takes the custom ops."""
 from typing import Optional
 
 import torch
@@ -41,6 +46,25 @@ def _check(result):
         raise _ERRORS.get(code, RuntimeError)(f"memattn: {message}")
 
 
+def _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k,
+             seqused_k):
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k)
+    _check(_C.forward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), opts))
+    return out, lse
+
+
+def _backward_op(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale,
+                 seqstart_q, seqstart_k, seqused_k, deterministic, bias_grad):
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dbias = torch.empty_like(bias) if bias_grad else q.new_empty(0)
+    opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k)
+    _check(_C.backward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), _desc(dout), _desc(dq),
+                       _desc(dk), _desc(dv), _desc(dbias) if bias_grad else None, deterministic, opts))
+    return dq, dk, dv, dbias
+
+
 @torch.library.custom_op("memattn::attention_forward", mutates_args=())
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], window_left: int, window_right: int,
                       bottom_right: bool, dropout_p: float, rng: Optional[Tensor], scale: float,
@@ -48,11 +72,8 @@ def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], w
                       deterministic: bool) -> tuple[Tensor, Tensor]:
     """out [B, Mq, Hq, Dv] and lse [B, Hq, Mq] (float32) of BMHK q, k, v. `deterministic` is for the
     backward; rng is a CPU int64 tensor (seed, offset) when dropout_p > 0."""
-    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
-    opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k)
-    _check(_C.forward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), opts))
-    return out, lse
+    return _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
+                    seqstart_k, seqused_k)
 
 
 @attention_forward.register_fake
@@ -70,12 +91,8 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Opti
                        seqused_k: Optional[Tensor], deterministic: bool,
                        bias_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """dq, dk, dv and dbias (an empty tensor unless bias_grad) of the forward above."""
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    dbias = torch.empty_like(bias) if bias_grad else q.new_empty(0)
-    opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k)
-    _check(_C.backward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), _desc(dout), _desc(dq),
-                       _desc(dk), _desc(dv), _desc(dbias) if bias_grad else None, deterministic, opts))
-    return dq, dk, dv, dbias
+    return _backward_op(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale,
+                        seqstart_q, seqstart_k, seqused_k, deterministic, bias_grad)
 
 
 @attention_backward.register_fake
@@ -94,16 +111,50 @@ def _setup_context(ctx, inputs, output):
     ctx.settings = (window_left, window_right, bottom_right, dropout_p, scale, deterministic)
 
 
-def _backward(ctx, dout, dlse):
+def _backward_inputs(ctx, dout):
     q, k, v, bias, out, lse, rng, seqstart_q, seqstart_k, seqused_k = ctx.saved_tensors
     window_left, window_right, bottom_right, dropout_p, scale, deterministic = ctx.settings
     bias_grad = bias is not None and ctx.needs_input_grad[3]
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
-    dq, dk, dv, dbias = attention_backward(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right,
-                                           dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k, deterministic,
-                                           bias_grad)
+    return (dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
+            seqstart_k, seqused_k, deterministic, bias_grad)
+
+
+def _gradients(dq, dk, dv, dbias, bias_grad):
     return dq, dk, dv, (dbias if bias_grad else None), None, None, None, None, None, None, None, None, None, None
 
 
+def _backward(ctx, dout, dlse):
+    args = _backward_inputs(ctx, dout)
+    return _gradients(*attention_backward(*args), args[-1])
+
+
 attention_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """attention_forward with its backward, without the custom-op dispatch (eager mode only)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
+                seqstart_k, seqused_k, deterministic):
+        out, lse = _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
+                            seqstart_k, seqused_k)
+        _setup_context(ctx, (q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
+                             seqstart_k, seqused_k, deterministic), (out, lse))
+        return out, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout, dlse):
+        args = _backward_inputs(ctx, dout)
+        return _gradients(*_backward_op(*args), args[-1])
+
+
+def attend(*args):
+    """attention_forward(*args) with autograd: through the custom op when tracing, directly otherwise."""
+    q = args[0]
+    if torch.compiler.is_compiling() or q.device.type not in ("cpu", "cuda"):
+        return attention_forward(*args)
+    return _EagerAttention.apply(*args)

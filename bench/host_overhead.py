@@ -1,0 +1,113 @@
+"""Host time per call of memattn's PyTorch entry points against SDPA's, on the GPU.
+
+The suite (bench.py) synchronises after every timed call, so host time spent before a call's
+first kernel launch counts as run time. This prints, per path:
+  host us   wall time per call of a tiny problem issued back to back (the host cost of the path)
+  sync ms   the median of bench.py's timing (events around one call, then a synchronisation)
+  queued ms events around each of N calls issued back to back (host cost hidden behind the GPU)
+for memattn's eager path (memattn.scaled_dot_product_attention: a torch.autograd.Function), its
+custom ops (torch.ops.memattn.*, what torch.compile traces), the C++ binding alone, and SDPA's
+FLASH backend.
+  PYTHONPATH=build-gpu/python python3 bench/host_overhead.py
+"""
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import memattn
+from memattn import _ops
+
+
+def host_us(fn, n=500):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def sync_ms(fn, iters=30):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def queued_ms(fn, iters=30):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, stop in events:
+        start.record()
+        fn()
+        stop.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(stop) for start, stop in events)
+
+
+def paths(b, h, s, d, causal):
+    """forward and backward callables per path on [B, H, S, D] bf16 inputs."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v, dout = (torch.randn((b, h, s, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    scale = 1.0 / d ** 0.5
+    bmhk = [t.transpose(1, 2) for t in (q, k, v)]
+    args = (-1, 0 if causal else -1, False, 0.0, None, scale, None, None, None, False)
+
+    def sdpa():
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def eager():
+        return memattn.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def custom_op():
+        return torch.ops.memattn.attention_forward(*bmhk, None, *args)[0]
+
+    def binding():
+        return _ops._forward(*bmhk, None, *args[:-1])[0]
+
+    out = {}
+    for name, fwd in (("sdpa-flash", sdpa), ("memattn eager", eager), ("memattn custom op", custom_op),
+                      ("memattn binding (forward only)", binding)):
+        o = fwd()
+        grad_out = dout if o.shape == dout.shape else dout.transpose(1, 2)
+        bwd = None
+        if o.requires_grad:
+            bwd = lambda o=o, g=grad_out: torch.autograd.grad(o, (q, k, v), g, retain_graph=True)
+        out[name] = (fwd, bwd)
+    return out
+
+
+def main():
+    print(torch.cuda.get_device_name(), "torch", torch.__version__)
+    print("\ntiny problem (B=1 H=1 S=128 D=128): host time per call, us")
+    for name, (fwd, bwd) in paths(1, 1, 128, 128, False).items():
+        print(f"  {name:32s} forward {host_us(fwd):8.1f}" + (f"  backward {host_us(bwd):8.1f}" if bwd else ""))
+    for b, h, s, d, causal in ((8, 16, 2048, 128, False), (8, 32, 2048, 64, True)):
+        print(f"\nB={b} H={h} S={s} D={d} causal={int(causal)}: ms (sync = bench.py's method, queued = back to back)")
+        for name, (fwd, bwd) in paths(b, h, s, d, causal).items():
+            line = f"  {name:32s} forward sync {sync_ms(fwd):7.3f} queued {queued_ms(fwd):7.3f}"
+            if bwd:
+                line += f"  backward sync {sync_ms(bwd):7.3f} queued {queued_ms(bwd):7.3f}"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
