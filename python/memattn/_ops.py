@@ -27,6 +27,14 @@ def _desc(t: Optional[Tensor]):
     return (t.data_ptr(), _DTYPES[t.dtype], list(t.shape), list(t.stride()))
 
 
+def _allocator(device):
+    """The library's CUDA workspace from torch's caching allocator, on the current stream."""
+    def allocate(nbytes):
+        t = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        return t.data_ptr(), t
+    return allocate
+
+
 def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k):
     seed, offset = (0, 0) if rng is None else (int(x) for x in rng.tolist())
     stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
@@ -37,7 +45,8 @@ def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, 
                 num_seqs=0 if seqstart_q is None else seqstart_q.numel() - 1,
                 seqstart_q=0 if seqstart_q is None else seqstart_q.data_ptr(),
                 seqstart_k=0 if seqstart_k is None else seqstart_k.data_ptr(),
-                seqused_k=0 if seqused_k is None else seqused_k.data_ptr(), stream=stream)
+                seqused_k=0 if seqused_k is None else seqused_k.data_ptr(), stream=stream,
+                workspace=_allocator(q.device) if q.is_cuda else None)
 
 
 def _check(result):
