@@ -79,6 +79,11 @@ ELEMENT_TYPES = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t"}
 # buckets above 128 do not fit in registers with this design.
 SM80_BACKWARD_BUCKETS = (32, 64, 96, 128)
 SM80_BACKWARD_TILE = (64, 64, 4)
+# Alternative plain backward tiles (queries per step, keys per CTA, dK/dV warps) per bucket,
+# compiled like SM80_EXTRA_TILES: 32 keys per warp halve the shared-memory reads of Q and dO per
+# FLOP in the dK/dV kernel (its limit at 73-87% of the pipe, ncu 2026-11-22 (5)); fits in
+# registers at D <= 64 only, with 32-query steps.
+SM80_BACKWARD_EXTRA_TILES = {64: ((32, 128, 4), (32, 64, 2))}
 # The dK/dV kernel gives each of its warps 16 keys; the dQ kernel gives each warp 16 queries (its
 # warps: queries / 16). Larger tiles ran slower (H100, 2026-11-22, bf16 S = 2048/8192): D = 64
 # 128 x 128 with 8 warps 97 -> 87 TFLOP/s, D = 128 64 x 128 with 8 warps 145 -> 129 (both 255
@@ -199,6 +204,8 @@ def backward_rows():
     for dtype in ("bf16", "fp16"):
         for head_dim in SM80_BACKWARD_BUCKETS:
             rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False))
+            for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_EXTRA_TILES.get(head_dim, ()), start=1):
+                rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
             for bias_tile in (True, False):
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, True,
                                 bias_tile=bias_tile, dropout_paired=True))

@@ -45,7 +45,10 @@ struct FwdTraits {
   using SmemLayoutQt =
       decltype(composition(SmemLayoutQ{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
   // A kBlockM x kBlockN tile of scores (the backward's dS^T), and the same bytes viewed transposed.
-  using SmemLayoutScores = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  static constexpr int kScoreRowElems = kBlockN % 64 == 0 ? 64 : 32;
+  using SmemLayoutScoresAtom = decltype(composition(Swizzle<kScoreRowElems == 64 ? 3 : 2, 3, 3>{},
+                                                    Layout<Shape<_8, Int<kScoreRowElems>>, Stride<Int<kScoreRowElems>, _1>>{}));
+  using SmemLayoutScores = decltype(tile_to_shape(SmemLayoutScoresAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
   using SmemLayoutScoresT =
       decltype(composition(SmemLayoutScores{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
 
