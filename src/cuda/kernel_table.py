@@ -79,11 +79,15 @@ ELEMENT_TYPES = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t"}
 # buckets above 128 do not fit in registers with this design.
 SM80_BACKWARD_BUCKETS = (32, 64, 96, 128)
 SM80_BACKWARD_TILE = (64, 64, 4)
-# Alternative plain backward tiles (queries per step, keys per CTA, dK/dV warps) per bucket,
-# compiled like SM80_EXTRA_TILES: 32 keys per warp halve the shared-memory reads of Q and dO per
-# FLOP in the dK/dV kernel (its limit at 73-87% of the pipe, ncu 2026-11-22 (5)); fits in
-# registers at D <= 64 only, with 32-query steps.
-SM80_BACKWARD_EXTRA_TILES = {64: ((32, 128, 4), (32, 64, 2))}
+# Plain backward rows whose tile differs from SM80_BACKWARD_TILE (queries per step, keys per CTA,
+# dK/dV warps): at D = 64, warps of 32 keys halve the dK/dV kernel's shared-memory reads of Q and
+# dO per FLOP (its limit: 73% of the pipe, ncu 2026-11-22 (5)); 32-query steps keep it in
+# registers (255, no spills), and CTAs of 2 warps let 4 share an SM. Measured (H100, bf16):
+# 64 x 64 w4 -> 32 x 64 w2 at S = 2048 160 -> 169, causal 141 -> 148, S = 8192 182 -> 186,
+# causal 170 -> 174 TFLOP/s; 32 x 128 w4 (2 CTAs of 4 warps) lost 5-10%.
+SM80_BACKWARD_PLAIN_TILES = {64: (32, 64, 2)}
+# Alternative plain tiles compiled for A/Bs (MEMATTN_KERNEL), like SM80_EXTRA_TILES.
+SM80_BACKWARD_EXTRA_TILES = {64: ((64, 64, 4),)}
 # The dK/dV kernel gives each of its warps 16 keys; the dQ kernel gives each warp 16 queries (its
 # warps: queries / 16). Larger tiles ran slower (H100, 2026-11-22, bf16 S = 2048/8192): D = 64
 # 128 x 128 with 8 warps 97 -> 87 TFLOP/s, D = 128 64 x 128 with 8 warps 145 -> 129 (both 255
@@ -203,7 +207,8 @@ def backward_rows():
     bm, bn, warps = SM80_BACKWARD_TILE
     for dtype in ("bf16", "fp16"):
         for head_dim in SM80_BACKWARD_BUCKETS:
-            rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False))
+            pm, pn, pw = SM80_BACKWARD_PLAIN_TILES.get(head_dim, SM80_BACKWARD_TILE)
+            rows.append(Row(80, "bwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, False))
             for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_EXTRA_TILES.get(head_dim, ()), start=1):
                 rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False, variant))
             for bias_tile in (True, False):
