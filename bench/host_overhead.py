@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import memattn
+from bench import time_ms as sync_ms  # bench.py's timing: events around one call, then a synchronisation
 from memattn import _ops
 
 
@@ -31,21 +32,6 @@ def host_us(fn, n=500):
     host = (time.perf_counter() - t) / n * 1e6
     torch.cuda.synchronize()
     return host
-
-
-def sync_ms(fn, iters=30):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def queued_ms(fn, iters=30):
@@ -103,9 +89,9 @@ def main():
     for b, h, s, d, causal in ((8, 16, 2048, 128, False), (8, 32, 2048, 64, True)):
         print(f"\nB={b} H={h} S={s} D={d} causal={int(causal)}: ms (sync = bench.py's method, queued = back to back)")
         for name, (fwd, bwd) in paths(b, h, s, d, causal).items():
-            line = f"  {name:32s} forward sync {sync_ms(fwd):7.3f} queued {queued_ms(fwd):7.3f}"
+            line = f"  {name:32s} forward sync {sync_ms(fwd, 30):7.3f} queued {queued_ms(fwd):7.3f}"
             if bwd:
-                line += f"  backward sync {sync_ms(bwd):7.3f} queued {queued_ms(bwd):7.3f}"
+                line += f"  backward sync {sync_ms(bwd, 30):7.3f} queued {queued_ms(bwd):7.3f}"
             print(line)
 
 
