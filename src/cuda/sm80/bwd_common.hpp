@@ -91,8 +91,12 @@ __device__ __forceinline__ KvWorkItem decode_kv_work(const BwdParams& p, std::in
   return w;
 }
 
-// Per-query statistics of one query tile, staged in shared memory: LSE in base 2 (+inf for rows
-// that see no key, so that their P is 0) and delta.
+// A row's LSE as the gradient kernels use it: base 2, and +inf for rows that see no key (LSE
+// -inf), so that their P is 0.
+__device__ __forceinline__ float lse_base2(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
+
+// Per-query statistics of one query tile, staged in shared memory: LSE in base 2 (lse_base2;
+// +inf for rows past the tile's end too) and delta.
 template <int kRows>
 __device__ __forceinline__ void load_row_stats(const BwdParams& p, const SequenceInfo& seq, int h, std::int64_t m0,
                                                int rows, float* lse2, float* delta) {
@@ -101,7 +105,7 @@ __device__ __forceinline__ void load_row_stats(const BwdParams& p, const Sequenc
     if (r < rows) {
       const std::int64_t row = seq.q_begin + m0 + r;
       l = p.lse[seq.batch * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
-      l = l == -INFINITY ? INFINITY : l * kLog2e;
+      l = lse_base2(l);
       d = p.delta[(seq.batch * p.heads_q + h) * p.delta_rows + row];
     }
     lse2[r] = l;
@@ -156,8 +160,8 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     dp(e) = ds;
     if constexpr (kDbiasCode) {
       if (dbias_staged) {
-        const int r = kKeyRows ? get<1>(coord(e)) : get<0>(coord(e));
-        const int c = kKeyRows ? get<0>(coord(e)) : get<1>(coord(e));
+        int r, c;
+        tile_row_col<kKeyRows>(coord, e, &r, &c);
         reinterpret_cast<Element*>(shared_bias.tile + r * shared_bias.pitch)[c] = Element(ds);
         continue;
       }

@@ -51,8 +51,8 @@ struct FusedBwdSmem {
   static constexpr int kBytes = kStatsOffset + 2 * Traits::kBlockM * int(sizeof(float));
 };
 
-// One query row's LSE and delta as loaded (thread r holds row r of the tile), so that the loads
-// can be issued a step before shared memory is free for them.
+// One query row's LSE and delta as loaded (thread r holds row r of the tile; load_row_stats'
+// addressing), so that the loads can be issued a step before shared memory is free for them.
 struct RowStat {
   float lse = INFINITY;  // rows past the sequence: +inf, so that their P is 0
   float delta = 0.0f;
@@ -69,11 +69,11 @@ __device__ __forceinline__ RowStat fetch_row_stat(const BwdParams& p, const Sequ
   return s;
 }
 
-// Base-2 LSE (+inf for rows that see no key, whose LSE is -inf) and delta, as gradient_tile reads them.
+// Thread r stages row r's statistics as gradient_tile reads them.
 template <int kRows>
 __device__ __forceinline__ void stage_row_stat(const RowStat& s, float* lse2, float* delta) {
   if (threadIdx.x < kRows) {
-    lse2[threadIdx.x] = s.lse == -INFINITY ? INFINITY : s.lse * kLog2e;
+    lse2[threadIdx.x] = lse_base2(s.lse);
     delta[threadIdx.x] = s.delta;
   }
 }

@@ -35,6 +35,14 @@ __device__ __forceinline__ void query_key(const TileOrigin& t, const Coords& coo
   *j = t.n0 + (kKeyRows ? get<0>(coord(e)) : get<1>(coord(e)));
 }
 
+// The same within the tile: query row r and key column c of element e (a shared bias tile's
+// element, whichever way round the scores are).
+template <bool kKeyRows, class Coords>
+__device__ __forceinline__ void tile_row_col(const Coords& coord, int e, int* r, int* c) {
+  *r = kKeyRows ? get<1>(coord(e)) : get<0>(coord(e));
+  *c = kKeyRows ? get<0>(coord(e)) : get<1>(coord(e));
+}
+
 // One (query tile, key tile) of bias in shared memory, in the bias's dtype (fp32 or 16-bit): rows
 // of kPitch bytes, sized for fp32 plus 16 bytes, so that the 8 rows an m16n8 fragment read spans
 // start 4 banks apart (no bank conflicts for 16-bit bias, 2-way for fp32).
@@ -107,8 +115,8 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
     float x = s(e) * p.scale_log2;
     if constexpr (kBiasCode) {
       if (tile_bias) {
-        const int r = kKeyRows ? get<1>(coord(e)) : get<0>(coord(e));
-        const int c = kKeyRows ? get<0>(coord(e)) : get<1>(coord(e));
+        int r, c;
+        tile_row_col<kKeyRows>(coord, e, &r, &c);
         x = fmaf(shared_bias_at<Element>(p, shared_bias, r, c), kLog2e, x);
       } else if (has_bias && i < t.q_len && j < t.k_len) {
         const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
