@@ -103,9 +103,10 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # 139-159 vs 163-182, D = 128 125-179 vs 175-213; 4 warps x 64 keys (two CTAs per SM) lower
 # still. Latency-bound (ncu: 0.43 eligible warps per scheduler, 4.4 instructions per HMMA):
 # experimental, compiled for A/Bs only. Buckets: multiples of 64 (the warp grids need it).
-SM80_BACKWARD_FUSED_TILE = (64, 128, 8)
-SM80_BACKWARD_FUSED_EXTRA_TILES = ((64, 64, 4),)
-SM80_BACKWARD_FUSED_BUCKETS = (64, 128)
+# At D = 256 a CTA owns 64 keys (dK and dV then take 128 registers per thread, as at D = 128 with
+# 128 keys) and computes dQ in two column chunks.
+SM80_BACKWARD_FUSED_TILES = {64: (64, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
+SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4),), 128: ((64, 64, 4),), 256: ((128, 64, 8),)}
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
@@ -231,12 +232,11 @@ def backward_rows():
                 full = features == "full"
                 rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", full, full,
                                 atomics=True, experimental=True))
-    bm, bn, warps = SM80_BACKWARD_FUSED_TILE
     for dtype in ("bf16", "fp16"):
-        for head_dim in SM80_BACKWARD_FUSED_BUCKETS:
+        for head_dim, (bm, bn, warps) in SM80_BACKWARD_FUSED_TILES.items():
             rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             atomics=True, fused=True, experimental=True))
-            for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_FUSED_EXTRA_TILES, start=1):
+            for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_FUSED_EXTRA_TILES[head_dim], start=1):
                 rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False,
                                 variant, atomics=True, fused=True, experimental=True))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE

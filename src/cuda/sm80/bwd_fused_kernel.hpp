@@ -1,4 +1,4 @@
-// The sm80 backward in one pass over the scores (register accumulators, head dims 64 and 128).
+// The sm80 backward in one pass over the scores (register accumulators, head dims 64 to 256).
 //
 // One CTA owns kBlockN keys of one (sequence, kv head) and walks, for every query head of the kv
 // head's group, the query tiles that can see them. Per tile: S = Q K^T and dP = dO V^T, P and
@@ -189,15 +189,22 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     RowStat next;
     if (step + 1 < steps) next = load_step(step + 1);
 
-    Tensor acc_dq = partition_fragment_C(mma_dq, tile_q);
-    clear(acc_dq);
-    gemm_smem_2slice<Ldsm, LdsmT>(mma_dq, sdS, sKt, acc_dq, t);
-    const Tensor coord_dq = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(tile_q));
+    const auto tile_dq = make_shape(Int<kQueries>{}, Int<Traits::kDqCols>{});
+    const Tensor coord_dq = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(tile_dq));
     float* dq = accum_row(p.dq_accum, seq.batch, seq.q_begin + m0, h);
     CUTE_UNROLL
-    for (int e = 0; e < size(acc_dq); ++e) {
-      const int row = get<0>(coord_dq(e)), col = get<1>(coord_dq(e));
-      if (row < rows && col < p.head_dim) atomicAdd(dq + row * dq_row_ld + col, acc_dq(e));
+    for (int chunk = 0; chunk < kHeadDim / Traits::kDqCols; ++chunk) {
+      Tensor acc_dq = partition_fragment_C(mma_dq, tile_dq);
+      clear(acc_dq);
+      gemm_smem_2slice<Ldsm, LdsmT>(mma_dq, sdS, local_tile(sKt, make_shape(Int<Traits::kDqCols>{}, Int<kKeys>{}),
+                                                           make_coord(chunk, 0)),
+                                    acc_dq, t);
+      const int col0 = chunk * Traits::kDqCols;
+      CUTE_UNROLL
+      for (int e = 0; e < size(acc_dq); ++e) {
+        const int row = get<0>(coord_dq(e)), col = col0 + get<1>(coord_dq(e));
+        if (row < rows && col < p.head_dim) atomicAdd(dq + row * dq_row_ld + col, acc_dq(e));
+      }
     }
     if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
   }

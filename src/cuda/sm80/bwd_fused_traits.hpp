@@ -32,11 +32,19 @@ struct FusedBwdTraits {
   static constexpr int kMinBlocksPerSm = 8 / kWarps;
 
   // Warp grids (rows x columns of each GEMM's output); every warp's share is a multiple of 16 x 16.
+  // With 8 warps the dK/dV grid splits the longer side of keys x head dim four ways, so that each
+  // warp's share (and what it reads per FLOP) stays as square as it can: 32 x 64 at D = 128 with
+  // 128 keys and at D = 256 with 64 keys.
   static_assert(kWarps == 4 || kWarps == 8);
   using WarpsSdp = std::conditional_t<kWarps == 8, Shape<_2, _4, _1>, Shape<_2, _2, _1>>;
-  using WarpsDkv = std::conditional_t<kWarps == 8, Shape<_4, _2, _1>, Shape<_2, _2, _1>>;
+  using WarpsDkv = std::conditional_t<kWarps == 4, Shape<_2, _2, _1>,
+                                      std::conditional_t<(kBlockN >= kHeadDim), Shape<_4, _2, _1>, Shape<_2, _4, _1>>>;
   using WarpsDq = WarpsSdp;
   static_assert(kBlockM % 32 == 0 && kBlockN % (16 * (kWarps / 2)) == 0 && kHeadDim % 64 == 0);
+  // dQ = dS K is computed and added to the workspace in column chunks of this width: above 128 a
+  // whole row of dQ next to the dK/dV accumulators would not fit in the registers.
+  static constexpr int kDqCols = kHeadDim < 128 ? kHeadDim : 128;
+  static_assert(kHeadDim % kDqCols == 0);
 
   using MmaOp = std::conditional_t<std::is_same_v<Element, cute::bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
                                    SM80_16x8x16_F32F16F16F32_TN>;
