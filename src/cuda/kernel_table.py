@@ -104,9 +104,13 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # still. Latency-bound (ncu: 0.43 eligible warps per scheduler, 4.4 instructions per HMMA):
 # experimental, compiled for A/Bs only. Buckets: multiples of 64 (the warp grids need it).
 # At D = 256 a CTA owns 64 keys (dK and dV then take 128 registers per thread, as at D = 128 with
-# 128 keys) and computes dQ in two column chunks.
+# 128 keys) and computes dQ in two column chunks. There the one-pass row is the default for the
+# plain problems (non-deterministic), 2.2-3.2x the gacc rows with scalar dQ atomics (H100,
+# 2026-11-22 (6), bf16 S = 2048/8192: 105-132 vs 40-55 TFLOP/s); the rows with bias or dropout
+# code and `deterministic` still take gacc.
 SM80_BACKWARD_FUSED_TILES = {64: (64, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
 SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4),), 128: ((64, 64, 4),), 256: ((128, 64, 8),)}
+SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (256,)
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
@@ -235,7 +239,8 @@ def backward_rows():
     for dtype in ("bf16", "fp16"):
         for head_dim, (bm, bn, warps) in SM80_BACKWARD_FUSED_TILES.items():
             rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
-                            atomics=True, fused=True, experimental=True))
+                            atomics=True, fused=True,
+                            experimental=head_dim not in SM80_BACKWARD_FUSED_DEFAULT_BUCKETS))
             for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_FUSED_EXTRA_TILES[head_dim], start=1):
                 rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False,
                                 variant, atomics=True, fused=True, experimental=True))

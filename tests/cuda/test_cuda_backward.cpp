@@ -26,12 +26,12 @@ TEST_P(CudaBackward, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Features, CudaBackward, ::testing::ValuesIn(named_cases(Backend::cuda, {DType::bf16, DType::f16, DType::f32})),
                          [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
 
-// The same cases at head dims of the larger buckets (64 and 128, where the one-pass rows run):
-// D = 64 and 120 (Dv 56 and 104 where the case has Dv != D). The cases beyond 128 and the
-// 1013-row one (slow on the reference) are left out.
+// The same cases at head dims of the larger buckets (64, 128 and 256, where the one-pass rows
+// run): D = 64, 120 and 248 (Dv 56, 112 and 240 where the case has Dv != D). The cases beyond
+// 128 and the 1013-row one (slow on the reference) are left out.
 std::vector<NamedCase> wide_head_cases() {
   std::vector<NamedCase> out;
-  for (const int d : {64, 120})
+  for (const int d : {64, 120, 248})
     for (NamedCase c : named_cases(Backend::cuda, {DType::bf16, DType::f16})) {
       tools::ProblemSpec& s = c.spec;
       if (s.head_dim > 128 || s.seqlen_q > 1000) continue;
