@@ -109,7 +109,7 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # 2026-11-22 (6), bf16 S = 2048/8192: 105-132 vs 40-55 TFLOP/s); the rows with bias or dropout
 # code and `deterministic` still take gacc.
 SM80_BACKWARD_FUSED_TILES = {64: (64, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
-SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4),), 128: ((64, 64, 4),), 256: ((128, 64, 8),)}
+SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4),), 128: ((64, 64, 4),), 256: ()}
 SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (256,)
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)

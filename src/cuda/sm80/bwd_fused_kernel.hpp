@@ -38,7 +38,9 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// Shared memory, in elements: K, V, Q, dO, P, dS; then the query tile's LSE (base 2) and delta.
+// Shared memory, in elements: K, V, Q, dO, P, dS; then the query tile's LSE (base 2) and delta,
+// then the tile's dQ in fp32 on its way to the workspace (rows of kDqLd floats: the padding puts
+// the eight rows of an m16n8 atom's stores on different banks).
 template <class Traits>
 struct FusedBwdSmem {
   static constexpr int kK = 0;
@@ -48,7 +50,9 @@ struct FusedBwdSmem {
   static constexpr int kP = kDo + Traits::kSmemElemsQ;
   static constexpr int kDs = kP + Traits::kSmemElemsP;
   static constexpr int kStatsOffset = (kDs + Traits::kSmemElemsP) * int(sizeof(typename Traits::Element));
-  static constexpr int kBytes = kStatsOffset + 2 * Traits::kBlockM * int(sizeof(float));
+  static constexpr int kDqLd = Traits::kHeadDim + 8;
+  static constexpr int kDqOffset = kStatsOffset + 2 * Traits::kBlockM * int(sizeof(float));
+  static constexpr int kBytes = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
 };
 
 // One query row's LSE and delta as loaded (thread r holds row r of the tile; load_row_stats'
@@ -78,39 +82,39 @@ __device__ __forceinline__ void stage_row_stat(const RowStat& s, float* lse2, fl
   }
 }
 
-// Adds an mma.sync accumulator fragment (fp32, m16n8 atoms) to an fp32 matrix in global memory
-// with atomics, four consecutive columns per access. In an m16n8 atom, lane 4g + q holds columns
-// 2q and 2q + 1 of rows g and g + 8, so lanes q and q ^ 1 swap one pair: the even lane then owns
-// four columns of row g, the odd lane four of row g + 8. On sm90 the four go in one 16-byte
-// atomic (a quarter of the L2 requests of scalar ones: ncu found the D = 256 rows' scalar dQ
-// atomics holding L2 at 83% of its peak); before sm90, in four scalar atomics.
-// Elements at rows >= `rows` or columns >= `cols` are skipped; `out` is 16-byte aligned and
-// `row_ld` a multiple of 4.
+// dQ leaves the CTA through shared memory: the fragments are staged there, then every warp adds
+// whole 128-byte row segments to the workspace (one cache line per atomic instruction; straight
+// from the fragments, an instruction touches eight rows' lines, four floats each). ncu: the
+// fragment atomics held L2 at 83% of its peak at D = 256; 16-byte vector atomics from the
+// fragments (four columns per lane) ran 1.8x slower still (H100, 2026-11-22 (6)).
+// An m16n8 fp32 accumulator holds each pair of neighbouring columns in consecutive registers.
 template <class Acc, class Coord>
-__device__ __forceinline__ void atomic_add_fragment(const Acc& acc, const Coord& coord, float* out,
-                                                    std::int64_t row_ld, int col0, int rows, int cols) {
-  static_assert(decltype(size(Acc{}))::value % 4 == 0, "whole m16n8 atoms");
-  const bool odd = threadIdx.x & 1;
+__device__ __forceinline__ void stage_fragment(const Acc& acc, const Coord& coord, float* stage, int ld, int col0) {
   CUTE_UNROLL
-  for (int atom = 0; atom < size(acc); atom += 4) {
-    const float send0 = odd ? acc(atom) : acc(atom + 2), send1 = odd ? acc(atom + 1) : acc(atom + 3);
-    const float recv0 = __shfl_xor_sync(0xffffffffu, send0, 1), recv1 = __shfl_xor_sync(0xffffffffu, send1, 1);
-    const float4 v = odd ? make_float4(recv0, recv1, acc(atom + 2), acc(atom + 3))
-                         : make_float4(acc(atom), acc(atom + 1), recv0, recv1);
-    const int row = get<0>(coord(odd ? atom + 2 : atom));
-    const int col = col0 + get<1>(coord(atom)) - (odd ? 2 : 0);
-    if (row >= rows) continue;
-    float* at = out + row * row_ld + col;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (col + 4 <= cols) {
-      atomicAdd(reinterpret_cast<float4*>(at), v);
-      continue;
-    }
-#endif
-    if (col < cols) atomicAdd(at, v.x);
-    if (col + 1 < cols) atomicAdd(at + 1, v.y);
-    if (col + 2 < cols) atomicAdd(at + 2, v.z);
-    if (col + 3 < cols) atomicAdd(at + 3, v.w);
+  for (int e = 0; e < size(acc); e += 2) {
+    const int row = get<0>(coord(e)), col = col0 + get<1>(coord(e));
+    *reinterpret_cast<float2*>(stage + row * ld + col) = make_float2(acc(e), acc(e + 1));
+  }
+}
+
+// Adds the staged rows x kCols tile to `out` (row r at out + r * row_ld), columns below `cols`
+// only. A thread keeps one column; the loop is unrolled only four times (fully unrolled, its
+// addresses and loads took registers from the live dK/dV accumulators: 270-560 B of spills).
+template <int kCols, int kThreads>
+__device__ __forceinline__ void flush_staged(const float* stage, int ld, float* out, std::int64_t row_ld, int rows,
+                                             int cols) {
+  static_assert(kCols % 32 == 0 && kThreads % kCols == 0);
+  constexpr int kRowStep = kThreads / kCols;
+  const int col = int(threadIdx.x) % kCols;
+  if (col >= cols) return;
+  int row = int(threadIdx.x) / kCols;
+  out += row * row_ld + col;
+  stage += row * ld + col;
+#pragma unroll 4
+  for (; row < rows; row += kRowStep) {
+    atomicAdd(out, *stage);
+    out += kRowStep * row_ld;
+    stage += kRowStep * ld;
   }
 }
 
@@ -148,6 +152,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   Tensor sdSt = cute::make_tensor(make_smem_ptr(base + Smem::kDs), typename Traits::SmemLayoutPt{});
   float* lse2 = reinterpret_cast<float*>(smem + Smem::kStatsOffset);
   float* delta = lse2 + kQueries;
+  float* dq_stage = reinterpret_cast<float*>(smem + Smem::kDqOffset);
 
   const auto tile_kv = make_shape(Int<kKeys>{}, Int<kHeadDim>{});
   const auto tile_q = make_shape(Int<kQueries>{}, Int<kHeadDim>{});
@@ -235,8 +240,10 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
       gemm_smem_2slice<Ldsm, LdsmT>(mma_dq, sdS, local_tile(sKt, make_shape(Int<Traits::kDqCols>{}, Int<kKeys>{}),
                                                            make_coord(chunk, 0)),
                                     acc_dq, t);
-      atomic_add_fragment(acc_dq, coord_dq, dq, dq_row_ld, chunk * Traits::kDqCols, rows, p.head_dim);
+      stage_fragment(acc_dq, coord_dq, dq_stage, Smem::kDqLd, chunk * Traits::kDqCols);
     }
+    __syncthreads();  // dQ is staged
+    flush_staged<kHeadDim, Traits::kThreads>(dq_stage, Smem::kDqLd, dq, dq_row_ld, rows, p.head_dim);
     if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
   }
   cp_async_wait<0>();  // K and V, when no step ran
