@@ -98,19 +98,20 @@ SM80_BACKWARD_EXTRA_TILES = {64: ((64, 64, 4),)}
 SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # One-pass rows (bwd_fused_kernel.hpp): queries per step x keys per CTA, warps; each GEMM with
 # its own warp grid and P/dS through shared memory, dQ by fp32 atomics (FlashAttention-2's
-# layout). Verified (tests, sanitizers), but slower than the two-kernel rows once those lost their
-# dead elementwise code (H100, 2026-11-22, bf16 S = 2048/8192): 8 warps x 128 keys D = 64
-# 139-159 vs 163-182, D = 128 125-179 vs 175-213; 4 warps x 64 keys (two CTAs per SM) lower
-# still. Latency-bound (ncu: 0.43 eligible warps per scheduler, 4.4 instructions per HMMA):
-# experimental, compiled for A/Bs only. Buckets: multiples of 64 (the warp grids need it).
+# layout). With dQ atomics straight from the fragments they ran at 0.75-0.9x the two-kernel rows
+# (H100, 2026-11-22 (5)); 4 warps x 64 keys (two CTAs per SM) lower still. Buckets: multiples
+# of 64 (the warp grids need it).
 # At D = 256 a CTA owns 64 keys (dK and dV then take 128 registers per thread, as at D = 128 with
-# 128 keys) and computes dQ in two column chunks. There the one-pass row is the default for the
-# plain problems (non-deterministic), 2.2-3.2x the gacc rows with scalar dQ atomics (H100,
-# 2026-11-22 (6), bf16 S = 2048/8192: 105-132 vs 40-55 TFLOP/s); the rows with bias or dropout
-# code and `deterministic` still take gacc.
+# 128 keys) and computes dQ in two column chunks. Once dQ went to the workspace through shared
+# memory, one 128-byte row segment per atomic instruction (the fragment atomics had held L2 at
+# 83%), the one-pass rows became the default for plain problems at D = 128 and 256 (H100,
+# 2026-11-22 (6), bf16, TFLOP/s): D = 256 S = 2048 / 8192 179 / 207 (gacc 54-55), causal
+# 143 / 202; D = 128 214 / 262 (two-kernel rows 193 / 213), causal S = 8192 234 (200). At
+# D = 64 they tie (170 / 170). `deterministic`, and rows with bias or dropout code, keep the
+# two-kernel (D <= 128) and gacc rows.
 SM80_BACKWARD_FUSED_TILES = {64: (64, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
 SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4),), 128: ((64, 64, 4),), 256: ()}
-SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (256,)
+SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (128, 256)
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)

@@ -10,11 +10,10 @@
 // every warp reads whole Q, dO (or K, V) tiles from shared memory for each tile; ncu found their
 // shared-memory pipe at 73-87% of its peak (H100, 2026-11-22 (5)). Here every GEMM has its own
 // warp grid and each warp reads only its share, which with the single pass over S and dP (five
-// GEMMs instead of seven) cuts the shared-memory bytes per useful FLOP by ~40%. Measured, it
-// runs at 0.75-0.9x the two-kernel rows (which the same session made 1.4-1.7x faster): ncu puts
-// its shared-memory pipe at 54%, 0.43 eligible warps per scheduler and 4.4 instructions per
-// HMMA -- latency and issue, not bandwidth, limit it; the rows stay experimental
-// (docs/perf-notes.md, 2026-11-22 (5)).
+// GEMMs instead of seven) cuts the shared-memory bytes per useful FLOP by ~40%, and a D = 256
+// tile's dK and dV fit in the registers of 8 warps. dQ goes through shared memory to the
+// workspace (stage_fragment, flush_staged); with that the rows are the plain default at D = 128
+// and 256 (docs/perf-notes.md, 2026-11-22 (6)).
 //
 // Pipelining: the next tile's Q and dO are loaded (cp.async) as soon as the dK GEMM has read
 // this tile's, so the loads overlap the dQ GEMM and its atomics; its LSE and delta are fetched
