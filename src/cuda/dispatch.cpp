@@ -26,6 +26,7 @@ struct Need {
   bool aligned;  // 16-byte rows and pointers (alignment 8 elements)
   bool bias_tileable = false;  // bias with unit column stride and 16-byte rows and pointer
   bool deterministic = false;  // bit-reproducible results asked for (backward)
+  double queries_per_key = 0;  // visible (query, key) pairs per key (backward)
   int compute_capability;
 };
 
@@ -80,10 +81,20 @@ Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   return n;
 }
 
+// How many queries a key sees on average (for rows with min_queries_per_key); without a mask it
+// is Mq, without counting every row's window.
+double queries_per_key(const detail::Problem& p) {
+  if (!p.varlen && !p.is_masked()) return double(p.seqlen_q);
+  std::int64_t keys = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b) keys += p.sequence(b).k_len;
+  return keys > 0 ? p.visible_pairs() / (double(keys) * double(p.heads_q)) : 0.0;
+}
+
 Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
   n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
   n.deterministic = a.deterministic;
+  n.queries_per_key = queries_per_key(p);
   return n;
 }
 
@@ -122,6 +133,7 @@ template <class Row>
 const Row* choose(const std::vector<Row>& table, const char* pass, const Need& n, std::string* why) {
   std::map<std::string, std::string> reasons;  // per family: the reason of its closest row
   const char* forced = forced_row();
+  const Row* short_fallback = nullptr;  // the first row that fits but prefers longer sequences
   for (const Row& k : table) {
     std::string reason = misfit(k, n);
     const bool same_pass = forced != nullptr && std::string(forced).compare(0, 4, k.name, 4) == 0;  // "fwd_" / "bwd_"
@@ -129,9 +141,16 @@ const Row* choose(const std::vector<Row>& table, const char* pass, const Need& n
     if (same_pass && reason.empty() && !is_forced) reason = std::string("MEMATTN_KERNEL selects ") + forced;
     if (k.experimental && reason.empty() && !is_forced)
       reason = "experimental (not yet verified on a GPU): only with MEMATTN_KERNEL=" + std::string(k.name);
+    // A preference rather than a limit: such a row runs any length when forced, or when no other
+    // row fits.
+    if (n.queries_per_key < k.min_queries_per_key && reason.empty() && !is_forced) {
+      if (short_fallback == nullptr) short_fallback = &k;
+      continue;
+    }
     if (reason.empty()) return &k;
     reasons[to_string(k.family)] = reason;
   }
+  if (short_fallback != nullptr) return short_fallback;
   std::string s = std::string("backend cuda: no ") + pass + " kernel fits (" + to_string(n.dtype) + ", head dim " +
                   std::to_string(n.head_dim) + (n.bias ? ", bias" : "") + (n.dropout ? ", dropout" : "") +
                   (n.aligned ? "" : ", unaligned") + ", compute capability " +
@@ -480,7 +499,9 @@ std::string describe(const KernelRow<Params>& k) {
          ", alignment " +
          to_string(k.alignment) + (k.bias ? ", bias" : "") + (k.bias_tile ? " (shared-memory tile)" : "") +
          (k.dropout ? ", dropout" : "") +
-         (k.atomics ? ", atomics" : "") + (k.experimental ? ", experimental" : "") + ", priority " + to_string(k.priority) + ")";
+         (k.atomics ? ", atomics" : "") +
+         (k.min_queries_per_key > 0 ? ", keys seeing >= " + to_string(k.min_queries_per_key) + " queries" : "") +
+         (k.experimental ? ", experimental" : "") + ", priority " + to_string(k.priority) + ")";
 }
 
 }  // namespace memattn::cuda

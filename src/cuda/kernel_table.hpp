@@ -43,6 +43,9 @@ struct KernelRow {
   bool bias_tile;     // bias read through shared memory: needs unit column stride, 16-byte rows and pointer
   bool atomics;       // accumulates with atomics: not bit-reproducible (never with `deterministic`)
   bool experimental;  // not yet verified on a GPU: chosen only when forced (MEMATTN_KERNEL)
+  // Chosen only when a key sees at least this many queries on average (0: always): rows whose
+  // per-CTA prologue and epilogue pay off only over long query loops.
+  int min_queries_per_key;
   int priority;       // lower is tried first
   Status (*launch)(const Params&, cudaStream_t);
   Status (*resources)(KernelResources*);

@@ -106,12 +106,22 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # memory, one 128-byte row segment per atomic instruction (the fragment atomics had held L2 at
 # 83%), the one-pass rows became the default for plain problems at D = 128 and 256 (H100,
 # 2026-11-22 (6), bf16, TFLOP/s): D = 256 S = 2048 / 8192 179 / 207 (gacc 54-55), causal
-# 143 / 202; D = 128 214 / 262 (two-kernel rows 193 / 213), causal S = 8192 234 (200). At
-# D = 64 they tie (170 / 170). `deterministic`, and rows with bias or dropout code, keep the
-# two-kernel (D <= 128) and gacc rows.
+# 143 / 202; D = 128 214 / 262 (two-kernel rows 193 / 213), causal S = 8192 234 (200).
+# `deterministic`, and rows with bias or dropout code, keep the two-kernel (D <= 128) and gacc
+# rows.
 SM80_BACKWARD_FUSED_TILES = {64: (64, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
 SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4),), 128: ((64, 64, 4),), 256: ()}
-SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (128, 256)
+SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (64, 128, 256)
+# With one 8-warp CTA per SM, nothing overlaps a CTA's prologue (K, V) and epilogue (dK, dV), so
+# at D <= 128 the one-pass rows win only over long query loops: measured (bf16, TFLOP/s, one-pass
+# vs two-kernel) D = 128 S = 512 140 vs 158, causal 84 vs 111, S = 2048 causal 150 vs 168,
+# S = 2048 214 vs 193, S = 16384 269 vs 212; D = 64 S = 512 106 vs 132, S = 2048 causal 134 vs
+# 149, S = 2048 170 vs 170, S = 8192 203 vs 188. The crossover, in queries seen per key (S, or
+# about S / 2 when causal): 2048. At D = 256 the alternative (gacc) is 2-4x slower everywhere.
+SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 2048, 128: 2048, 256: 0}
+# One-pass rows with a bias tile (the step's bias by cp.async with Q and dO; dS back through the
+# same tile for 16-byte dbias stores). At D = 256 the tile does not fit next to the rest.
+SM80_BACKWARD_FUSED_BIAS_BUCKETS = (64, 128)
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
@@ -145,6 +155,7 @@ class Row:
     bias_tile: bool = False  # bias through a shared-memory tile (needs an aligned, unit-stride bias)
     dropout_paired: bool = False  # each dropout Philox call serves the lanes that need its words
     fused: bool = False  # backward in one pass (bwd_fused_kernel.hpp); dQ by atomics
+    min_queries_per_key: int = 0  # chosen only when a key sees this many queries on average
 
     @property
     def features(self):
@@ -241,7 +252,12 @@ def backward_rows():
         for head_dim, (bm, bn, warps) in SM80_BACKWARD_FUSED_TILES.items():
             rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             atomics=True, fused=True,
-                            experimental=head_dim not in SM80_BACKWARD_FUSED_DEFAULT_BUCKETS))
+                            experimental=head_dim not in SM80_BACKWARD_FUSED_DEFAULT_BUCKETS,
+                            min_queries_per_key=SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim]))
+            if head_dim in SM80_BACKWARD_FUSED_BIAS_BUCKETS:
+                rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, False,
+                                atomics=True, fused=True, bias_tile=True,
+                                min_queries_per_key=SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim]))
             for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_FUSED_EXTRA_TILES[head_dim], start=1):
                 rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False,
                                 variant, atomics=True, fused=True, experimental=True))
@@ -340,7 +356,7 @@ Status {r.name}_resources(KernelResources* r) {{ return sm80::{resources}<{templ
             f'      {{"{r.name}", Family::sm{r.family}, {CPP_DTYPE[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, '
             f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {8 if r.loads == "vector16" else 1}, '
             f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.bias_tile).lower()}, {str(r.atomics).lower()}, '
-            f'{str(r.experimental).lower()}, {i}, '
+            f'{str(r.experimental).lower()}, {r.min_queries_per_key}, {i}, '
             f'&generated::{r.name}, &generated::{r.name}_resources}},'
             for i, r in enumerate(x for x in rows if x.pass_ == pass_))
 

@@ -3,10 +3,13 @@
 // cover are skipped with the library's reason. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "memattn/attention.hpp"
+#include "memattn/kernels.hpp"
 #include "support/cases.hpp"
 #include "support/check.hpp"
 #include "support/dropout_masks.hpp"
@@ -47,10 +50,84 @@ std::vector<NamedCase> wide_head_cases() {
 INSTANTIATE_TEST_SUITE_P(WideHeads, CudaBackward, ::testing::ValuesIn(wide_head_cases()),
                          [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
 
+// The one-pass rows take only long sequences by default (min_queries_per_key), which the feature
+// cases are not: here each wide-head case runs on the first one-pass row of its dtype and bucket
+// that covers its features (forced with MEMATTN_KERNEL), skipped when none does.
+class CudaBackwardOnePass : public ::testing::TestWithParam<NamedCase> {};
+
+std::string one_pass_row(const tools::ProblemSpec& s) {
+  if (s.dropout.p > 0 || s.deterministic) return {};
+  const int d = int(std::max(s.head_dim, s.head_dim_v));
+  const int bucket = d <= 64 ? 64 : d <= 128 ? 128 : 256;
+  const std::string prefix = std::string("bwd_sm80_") + (s.dtype == DType::bf16 ? "bf16" : "fp16") + "_d" +
+                             std::to_string(bucket) + "_";
+  const std::string suffix = s.bias.has_value() ? "_btile_vec_bias" : "_vec_plain";
+  for (const KernelInfo& k : list_kernels()) {
+    const std::string& n = k.name;
+    if (n.compare(0, prefix.size(), prefix) == 0 && n.find("_fused") != std::string::npos &&
+        n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+        (suffix == "_btile_vec_bias" || n.find("_btile") == std::string::npos))
+      return n;
+  }
+  return {};
+}
+
+TEST_P(CudaBackwardOnePass, MatchesReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string row = one_pass_row(GetParam().spec);
+  if (row.empty()) GTEST_SKIP() << "no one-pass row covers this case in this build";
+  struct ForcedRow {
+    explicit ForcedRow(const std::string& name) { setenv("MEMATTN_KERNEL", name.c_str(), 1); }
+    ~ForcedRow() { unsetenv("MEMATTN_KERNEL"); }
+  } forced(row);
+  CheckOptions options;
+  options.skip_unsupported_backward = true;
+  check_case(GetParam().spec, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(WideHeads, CudaBackwardOnePass, ::testing::ValuesIn(wide_head_cases()),
+                         [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
+
 // The backward regenerates exactly the forward's mask (dV with dO = identity shows it).
 TEST(CudaBackward, DropoutMaskMatchesTheMapping) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) check_dropout_masks(Backend::cuda, /*backward=*/true, dtype);
+}
+
+// The one-pass rows at D = 128 are chosen only for long query loops (their min_queries_per_key,
+// 2048: a key sees Mq queries, about Mq / 2 when causal), and never with `deterministic`.
+TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<KernelInfo> rows = list_kernels();
+  const auto compiled = [&](const char* name) {
+    return std::any_of(rows.begin(), rows.end(), [&](const KernelInfo& k) { return k.name == name; });
+  };
+  if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain") || !compiled("bwd_sm80_bf16_d128_m64n64w4_vec_plain"))
+    GTEST_SKIP() << "the build lacks the D = 128 rows";
+  const auto one_pass = [](std::int64_t seqlen, bool causal, bool deterministic) {
+    tools::ProblemSpec s;
+    s.batch = 1;
+    s.seqlen_q = s.seqlen_k = seqlen;
+    s.heads_q = s.heads_k = 1;
+    s.head_dim = s.head_dim_v = 128;
+    s.dtype = DType::bf16;
+    if (causal) s.mask = Mask::causal();
+    s.deterministic = deterministic;
+    s.backend = Backend::cuda;
+    tools::Workload w(s);
+    std::string plan;
+    const Status st = w.to_device();
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    const Status sp = describe_plan(w.backward_args(), &plan);
+    EXPECT_TRUE(sp.ok()) << sp.to_string();
+    return plan.find("_fused_") != std::string::npos;
+  };
+  EXPECT_TRUE(one_pass(4096, false, false));
+  EXPECT_TRUE(one_pass(4096, true, false));
+  EXPECT_TRUE(one_pass(2048, false, false));
+  EXPECT_FALSE(one_pass(2048, true, false));
+  EXPECT_FALSE(one_pass(512, false, false));
+  EXPECT_FALSE(one_pass(4096, false, true));
 }
 
 // Bit-identical gradients run after run (the kernels own their output rows: no atomics).

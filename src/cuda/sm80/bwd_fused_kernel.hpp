@@ -40,7 +40,9 @@ using namespace cute;
 // Shared memory, in elements: K, V, Q, dO, P, dS; then the query tile's LSE (base 2) and delta,
 // then the tile's dQ in fp32 on its way to the workspace (rows of kDqLd floats: the padding puts
 // the eight rows of an m16n8 atom's stores on different banks).
-template <class Traits>
+// With kBiasTile rows, then the bias of the step's (query tile, key tile) (BiasTileShape),
+// which gradient_tile overwrites with dS when dbias leaves from it (p.dbias_tile).
+template <class Traits, unsigned kFeatures>
 struct FusedBwdSmem {
   static constexpr int kK = 0;
   static constexpr int kV = kK + Traits::kSmemElemsKV;
@@ -51,7 +53,9 @@ struct FusedBwdSmem {
   static constexpr int kStatsOffset = (kDs + Traits::kSmemElemsP) * int(sizeof(typename Traits::Element));
   static constexpr int kDqLd = Traits::kHeadDim + 8;
   static constexpr int kDqOffset = kStatsOffset + 2 * Traits::kBlockM * int(sizeof(float));
-  static constexpr int kBytes = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
+  using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
+  static constexpr int kBiasOffset = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
+  static constexpr int kBytes = kBiasOffset + (tiles_bias(kFeatures) ? BiasTile::kBytes : 0);
 };
 
 // One query row's LSE and delta as loaded (thread r holds row r of the tile; load_row_stats'
@@ -120,7 +124,7 @@ __device__ __forceinline__ void flush_staged(const float* stage, int ld, float* 
 template <class Traits, unsigned kFeatures>
 __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char* smem) {
   using Element = typename Traits::Element;
-  using Smem = FusedBwdSmem<Traits>;
+  using Smem = FusedBwdSmem<Traits, kFeatures>;
   constexpr int kQueries = Traits::kBlockM, kKeys = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   static_assert(kQueries <= Traits::kThreads, "one thread per query row stages the row statistics");
   const SequenceInfo seq = sequence_info(p, work.b);
@@ -152,6 +156,9 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   float* lse2 = reinterpret_cast<float*>(smem + Smem::kStatsOffset);
   float* delta = lse2 + kQueries;
   float* dq_stage = reinterpret_cast<float*>(smem + Smem::kDqOffset);
+  char* smem_bias = smem + Smem::kBiasOffset;
+  const bool tile_bias = tiles_bias(kFeatures) && p.bias != nullptr;
+  const bool stage_dbias = tile_bias && p.dbias_tile;
 
   const auto tile_kv = make_shape(Int<kKeys>{}, Int<kHeadDim>{});
   const auto tile_q = make_shape(Int<kQueries>{}, Int<kHeadDim>{});
@@ -178,6 +185,8 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     const int rows = step_rows(m0);
     load_tile(global_tile(q_at<Element>(p, seq.batch, q_row, h), tile_q, p.q_row_stride), sQ, rows, p.head_dim);
     load_tile(global_tile(do_at<Element>(p, seq.batch, q_row, h), tile_q, p.do_row_stride), sdO, rows, p.head_dim_v);
+    if (tile_bias)
+      load_bias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
     cp_async_fence();
     return fetch_row_stat(p, seq, h, m0, rows);
   };
@@ -213,7 +222,9 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     const Tensor coord_s = mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
-    gradient_tile<Element, kFeatures, false, true>(p, rule, origin, masked, acc_s, acc_dp, coord_s, lse2, delta);
+    gradient_tile<Element, kFeatures, false, true>(p, rule, origin, masked, acc_s, acc_dp, coord_s, lse2, delta,
+                                                   SharedBias{tile_bias ? smem_bias : nullptr, Smem::BiasTile::kPitch},
+                                                   stage_dbias);
     {
       Tensor p_frag = convert_fragment<Element>(acc_s);
       Tensor ds_frag = convert_fragment<Element>(acc_dp);
@@ -221,7 +232,9 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
       copy(p_store, p_store_thr.retile_S(p_frag), p_store_thr.partition_D(sP));
       copy(p_store, p_store_thr.retile_S(ds_frag), p_store_thr.partition_D(sdS));
     }
-    __syncthreads();  // P and dS are in
+    __syncthreads();  // P and dS are in (and dS in the bias tile, when dbias leaves from there)
+    if (stage_dbias)  // 16-byte stores; the barrier after the dK GEMM keeps the next bias load off the tile
+      store_dbias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
 
     gemm_smem_2slice<LdsmT, LdsmT>(mma_dkv, sPt, sdOt, acc_dv, t);
     gemm_smem_2slice<LdsmT, LdsmT>(mma_dkv, sdSt, sQt, acc_dk, t);

@@ -175,14 +175,14 @@ Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
 template <class Traits, unsigned kFeatures>
 Status launch_backward_fused(const BwdParams& p, cudaStream_t stream) {
   return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
-    return launch_grid(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, FusedBwdSmem<Traits>::kBytes,
+    return launch_grid(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, FusedBwdSmem<Traits, kFeatures>::kBytes,
                        p.num_kv_blocks, 0, p, stream);
   });
 }
 
 template <class Traits, unsigned kFeatures>
 Status backward_fused_resources(KernelResources* r) {
-  return resources(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, FusedBwdSmem<Traits>::kBytes, r);
+  return resources(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, FusedBwdSmem<Traits, kFeatures>::kBytes, r);
 }
 
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>
