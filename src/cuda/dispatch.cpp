@@ -28,6 +28,7 @@ struct Need {
   bool deterministic = false;  // bit-reproducible results asked for (backward)
   double queries_per_key = 0;  // visible (query, key) pairs per key (backward)
   int compute_capability;
+  int smem_per_block = 0;  // the device's opt-in limit of shared memory per CTA, bytes
 };
 
 bool aligned16(const TensorRef& t) {
@@ -45,6 +46,30 @@ int compute_capability() {
   return major * 10 + minor;
 }
 
+int smem_per_block_optin() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return bytes;
+}
+
+// A row's shared memory per CTA (its main kernel's, as `memattn kernels --resources` reports it),
+// asked of the driver once per row. Rows sized for Hopper (up to 227 KB) do not launch on GPUs
+// that allow less (A100: 163 KB, sm_86/sm_89: 99 KB); the dispatcher passes over them there.
+template <class Row>
+int row_smem_bytes(const Row& k) {
+  static std::mutex mutex;
+  static std::map<const void*, int> bytes;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = bytes.find(&k);
+  if (found != bytes.end()) return found->second;
+  KernelResources r;
+  k.resources(&r);     // fills smem_bytes before its occupancy query, which may fail on such a GPU
+  cudaGetLastError();  // and leaves no error behind for the next launch's check
+  bytes[&k] = r.smem_bytes;
+  return r.smem_bytes;
+}
+
 Need need(const detail::Problem& p, std::initializer_list<const TensorRef*> tensors) {
   Need n;
   n.dtype = p.dtype;
@@ -54,6 +79,7 @@ Need need(const detail::Problem& p, std::initializer_list<const TensorRef*> tens
   n.aligned = p.head_dim % 8 == 0 && p.head_dim_v % 8 == 0 && p.dtype != DType::f32;
   for (const TensorRef* t : tensors) n.aligned = n.aligned && aligned16(*t);
   n.compute_capability = compute_capability();
+  n.smem_per_block = smem_per_block_optin();
   return n;
 }
 
@@ -119,6 +145,10 @@ std::string misfit(const Row& k, const Need& n) {
   if (n.bias && k.bias_tile && !n.bias_tileable)
     return "bias tile needs a bias with unit key stride and 16-byte aligned rows and pointer";
   if (n.deterministic && k.atomics) return "uses atomics (not deterministic)";
+  if (n.smem_per_block > 0)
+    if (const int bytes = row_smem_bytes(k); bytes > n.smem_per_block)
+      return "needs " + std::to_string(bytes) + " bytes of shared memory per CTA (this GPU allows " +
+             std::to_string(n.smem_per_block) + ")";
   return {};
 }
 
