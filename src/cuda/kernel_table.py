@@ -104,11 +104,10 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # At D = 256 a CTA owns 64 keys (dK and dV then take 128 registers per thread, as at D = 128 with
 # 128 keys) and computes dQ in two column chunks. Once dQ went to the workspace through shared
 # memory, one 128-byte row segment per atomic instruction (the fragment atomics had held L2 at
-# 83%), the one-pass rows became the default for plain problems at D = 128 and 256 (H100,
-# 2026-11-22 (6), bf16, TFLOP/s): D = 256 S = 2048 / 8192 179 / 207 (gacc 54-55), causal
-# 143 / 202; D = 128 214 / 262 (two-kernel rows 193 / 213), causal S = 8192 234 (200).
-# `deterministic`, and rows with bias or dropout code, keep the two-kernel (D <= 128) and gacc
-# rows.
+# 83%), the one-pass rows became the default for plain problems at D = 64..256 (at D <= 128 for
+# long sequences only, below) (H100, 2026-11-22 (6), bf16, TFLOP/s): D = 256 S = 2048 / 8192
+# 179 / 207 (gacc 54-55), causal 143 / 202; D = 128 214 / 262 (two-kernel rows 193 / 213), causal
+# S = 8192 234 (200). `deterministic` and dropout keep the two-kernel (D <= 128) and gacc rows.
 # At D = 64, 4 warps x 64 keys (two CTAs per SM) ran 5% faster than 8 x 128 (S = 8192 211 vs
 # 201, S = 16384 220 vs 210); at D = 128 the 4-warp tile lost 20-25%.
 SM80_BACKWARD_FUSED_TILES = {64: (64, 64, 4), 128: (64, 128, 8), 256: (64, 64, 8)}
