@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/numeric.hpp"
+#include "core/problem.hpp"
 #include "memattn/dropout.hpp"
 #include "memattn/reference.hpp"
 #include "support/check.hpp"
@@ -160,6 +161,34 @@ TEST(Reference, GradientsMatchFiniteDifferences) {
 }
 
 // Known-answer vectors of Philox4x32-10 (Random123's kat_vectors).
+// visible_pairs_of (closed form, used for FLOP counts and by the dispatcher) against counting
+// each query's keys, over shapes, shifts and windows around every boundary.
+TEST(Mask, VisiblePairsMatchCounting) {
+  const auto counted = [](std::int64_t q_len, std::int64_t k_len, std::int64_t shift, std::int64_t left,
+                          std::int64_t right) {
+    std::int64_t pairs = 0;
+    for (std::int64_t i = 0; i < q_len; ++i)
+      for (std::int64_t j = 0; j < k_len; ++j) {
+        const std::int64_t rel = j - (i + shift);
+        if ((left == kUnbounded || rel >= -left) && (right == kUnbounded || rel <= right)) ++pairs;
+      }
+    return pairs;
+  };
+  const std::int64_t sides[] = {kUnbounded, 0, 1, 3, 17, 40};
+  int checked = 0;
+  for (std::int64_t q_len : {0, 1, 5, 17, 33})
+    for (std::int64_t k_len : {0, 1, 4, 17, 40})
+      for (std::int64_t shift : {std::int64_t(0), k_len - q_len, std::int64_t(-7), std::int64_t(9)})
+        for (std::int64_t left : sides)
+          for (std::int64_t right : sides) {
+            EXPECT_EQ(detail::visible_pairs_of(q_len, k_len, shift, left, right), counted(q_len, k_len, shift, left, right))
+                << "q_len " << q_len << " k_len " << k_len << " shift " << shift << " left " << left << " right "
+                << right;
+            ++checked;
+          }
+  EXPECT_EQ(checked, 5 * 5 * 4 * 6 * 6);
+}
+
 TEST(Philox, KnownAnswers) {
   const struct {
     std::uint32_t ctr[4], key[2], out[4];

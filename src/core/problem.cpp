@@ -327,19 +327,51 @@ Sequence Problem::sequence(std::int64_t b) const {
   return {0, seqstart_q[b], seqstart_q[b + 1] - seqstart_q[b], seqstart_k[b], seqlen_k_used[b]};
 }
 
+namespace {
+
+// Sum of max(0, a * d + b) over the integers d in [x, y], for a slope a in {-1, 0, 1}.
+double sum_positive_linear(int a, std::int64_t b, std::int64_t x, std::int64_t y) {
+  if (a > 0) x = std::max(x, 1 - b);  // a * d + b > 0 from there on
+  if (a < 0) y = std::min(y, b - 1);  // ... up to there
+  if (x > y) return 0.0;
+  if (a == 0) return b > 0 ? double(y - x + 1) * double(b) : 0.0;
+  // Arithmetic series of a * d + b from x to y.
+  return double(y - x + 1) * (double(a) * double(x + y) / 2.0 + double(b));
+}
+
+}  // namespace
+
+std::int64_t visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64_t shift, std::int64_t left,
+                              std::int64_t right) {
+  if (q_len <= 0 || k_len <= 0) return 0;
+  // Row i sees keys [lo, hi] with d = i + shift, lo = max(0, d - left), hi = min(k_len - 1, d + right)
+  // (an unbounded side clamps only to the sequence). hi - lo + 1 is linear in d between the two
+  // points where a clamp starts or stops acting; sum max(0, .) piece by piece.
+  const std::int64_t d_first = shift, d_last = q_len - 1 + shift;
+  std::vector<std::int64_t> cuts = {d_first, d_last + 1};
+  if (left != kUnbounded) cuts.push_back(left + 1);                // lo = d - left from d > left on
+  if (right != kUnbounded) cuts.push_back(k_len - 1 - right + 1);  // hi = k_len - 1 from there on
+  std::sort(cuts.begin(), cuts.end());
+  double pairs = 0;
+  for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const std::int64_t x = std::max(cuts[c], d_first), y = std::min(cuts[c + 1] - 1, d_last);
+    if (x > y) continue;
+    // On [x, y] each clamp either acts everywhere or nowhere; read which at x.
+    const bool lo_moves = left != kUnbounded && x > left;
+    const bool hi_moves = right != kUnbounded && x + right < k_len - 1;
+    const int a = (hi_moves ? 1 : 0) - (lo_moves ? 1 : 0);
+    const std::int64_t b = (hi_moves ? right : k_len - 1) - (lo_moves ? -left : 0) + 1;
+    pairs += sum_positive_linear(a, b, x, y);
+  }
+  return std::int64_t(pairs);
+}
+
 double Problem::visible_pairs() const {
   double pairs = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
     const Sequence s = sequence(b);
-    if (s.k_len == 0) continue;
     const std::int64_t shift = bottom_right ? s.k_len - s.q_len : 0;
-    for (std::int64_t i = 0; i < s.q_len; ++i) {
-      const std::int64_t d = i + shift;
-      const std::int64_t lo = window_left == kUnbounded ? 0 : std::max<std::int64_t>(0, d - window_left);
-      const std::int64_t hi =
-          window_right == kUnbounded ? s.k_len - 1 : std::min<std::int64_t>(s.k_len - 1, d + window_right);
-      if (hi >= lo) pairs += double(hi - lo + 1);
-    }
+    pairs += double(visible_pairs_of(s.q_len, s.k_len, shift, window_left, window_right));
   }
   return pairs * double(heads_q);
 }

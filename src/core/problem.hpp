@@ -51,6 +51,12 @@ struct Problem {
   double visible_pairs() const;
 };
 
+// The (query, key) pairs a mask leaves visible in one sequence of q_len queries and k_len keys:
+// query i sees keys j with -left <= j - (i + shift) <= right (kUnbounded: no limit on that side),
+// 0 <= j < k_len. O(1), so that the dispatcher can ask per call.
+std::int64_t visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64_t shift, std::int64_t left,
+                              std::int64_t right);
+
 // Validates every argument and fills `problem`. Nothing is launched or written.
 Status build_problem(const ForwardArgs& args, Problem* problem);
 Status build_problem(const BackwardArgs& args, Problem* problem);

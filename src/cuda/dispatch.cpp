@@ -107,10 +107,8 @@ Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   return n;
 }
 
-// How many queries a key sees on average (for rows with min_queries_per_key); without a mask it
-// is Mq, without counting every row's window.
+// How many queries a key sees on average (for rows with min_queries_per_key): Mq without a mask.
 double queries_per_key(const detail::Problem& p) {
-  if (!p.varlen && !p.is_masked()) return double(p.seqlen_q);
   std::int64_t keys = 0;
   for (std::int64_t b = 0; b < p.batch; ++b) keys += p.sequence(b).k_len;
   return keys > 0 ? p.visible_pairs() / (double(keys) * double(p.heads_q)) : 0.0;
