@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -13,6 +12,7 @@
 #include "support/cases.hpp"
 #include "support/check.hpp"
 #include "support/dropout_masks.hpp"
+#include "support/scoped_env.hpp"
 
 namespace memattn::testing {
 namespace {
@@ -77,10 +77,7 @@ TEST_P(CudaBackwardOnePass, MatchesReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const std::string row = one_pass_row(GetParam().spec);
   if (row.empty()) GTEST_SKIP() << "no one-pass row covers this case in this build";
-  struct ForcedRow {
-    explicit ForcedRow(const std::string& name) { setenv("MEMATTN_KERNEL", name.c_str(), 1); }
-    ~ForcedRow() { unsetenv("MEMATTN_KERNEL"); }
-  } forced(row);
+  const ScopedEnv forced("MEMATTN_KERNEL", row);
   CheckOptions options;
   options.skip_unsupported_backward = true;
   check_case(GetParam().spec, options);

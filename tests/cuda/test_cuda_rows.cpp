@@ -17,6 +17,7 @@
 #include "memattn/kernels.hpp"
 #include "support/check.hpp"
 #include "support/dropout_masks.hpp"
+#include "support/scoped_env.hpp"
 
 namespace memattn::testing {
 namespace {
@@ -80,16 +81,6 @@ std::vector<RowCase> row_cases() {
   }
   return out;
 }
-
-// Sets an environment variable for the scope of a test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
 
 class CudaRows : public ::testing::TestWithParam<RowCase> {};
 
