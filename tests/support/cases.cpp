@@ -101,7 +101,11 @@ std::vector<NamedCase> feature_cases(DType dtype, Backend backend) {
          s.bias_expanded = true;
          return s;
        }()},
-      {"scale", [] { auto s = shape(1, 40, 40, 2, 2, 32, 32); s.scale = 0.37; return s; }()},
+      // 200 keys: whole unmasked key tiles, where the forward applies a positive scale in the
+      // softmax and any other scale before it.
+      {"scale", [] { auto s = shape(1, 40, 200, 2, 2, 32, 32); s.scale = 0.37; return s; }()},
+      {"scale_negative", [] { auto s = shape(1, 40, 200, 2, 2, 32, 32); s.scale = -0.37; return s; }()},
+      {"scale_zero_causal_br", [] { auto s = with_mask(shape(1, 40, 200, 2, 2, 32, 32), kUnbounded, 0, BR); s.scale = 0.0; return s; }()},
       // Everything at once.
       {"all_features", [] {
          auto s = with_bias(with_mask(varlen({33, 0, 61}, {45, 7, 80}), 20, 4, BR), BiasKind::broadcast_batch);

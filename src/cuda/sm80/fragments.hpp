@@ -12,9 +12,17 @@ using namespace cute;
 // tensor partitioned the same way) are inside [0, rows) x [0, cols); elsewhere dst is zeroed, so
 // ragged tiles compute as if padded with zeros. A copy unit is whole: with vector copies `cols`
 // must be a multiple of the vector width.
+// A thread whose last unit is in range (coordinates grow along both modes) copies without
+// predicates: inside a sequence that is every tile, and the per-unit predicates, zero stores and
+// their bookkeeping were ~8% of the forward's key-loop instructions (sm_90 SASS, D = 128).
 template <class TiledCopy, class Src, class Dst, class Coord>
 __device__ __forceinline__ void copy_predicated(const TiledCopy& tiled_copy, const Src& src, Dst&& dst, const Coord& coord,
                                                 int rows, int cols) {
+  constexpr int kLastM = decltype(size<1>(dst))::value - 1, kLastK = decltype(size<2>(dst))::value - 1;
+  if (get<0>(coord(0, kLastM, kLastK)) < rows && get<1>(coord(0, kLastM, kLastK)) < cols) {
+    copy(tiled_copy, src, dst);
+    return;
+  }
   CUTE_UNROLL
   for (int m = 0; m < size<1>(dst); ++m) {
     const bool row_ok = get<0>(coord(0, m, 0)) < rows;

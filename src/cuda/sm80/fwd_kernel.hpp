@@ -114,11 +114,16 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   softmax.init();
 
   // One key tile. kMasked is a compile-time constant so that the tiles inside the window carry no
-  // mask code at all (the compiler would otherwise predicate it into every iteration). Always
-  // inlined: as a call (which nvcc chose for the rows with bias/dropout code) the accumulators it
-  // captures by reference live in local memory -- 832 B per thread at D = 256, 20 TFLOP/s.
-  const auto key_tile = [&](int n, auto masked_tag) __attribute__((always_inline)) {
+  // mask code at all (the compiler would otherwise predicate it into every iteration). With
+  // kScaleInSoftmax the scores stay unscaled and the softmax's exp2 FFMA applies the scale: only
+  // for unmasked tiles without bias (a bias adds to scaled scores) and with scale > 0 (the max of
+  // the unscaled scores is then the scaled max). Always inlined: as a call (which nvcc chose for
+  // the rows with bias/dropout code) the accumulators it captures by reference live in local
+  // memory -- 832 B per thread at D = 256, 20 TFLOP/s.
+  const auto key_tile = [&](int n, auto masked_tag, auto scale_in_softmax_tag) __attribute__((always_inline)) {
     constexpr bool kMasked = decltype(masked_tag)::value;
+    constexpr bool kScaleInSoftmax = decltype(scale_in_softmax_tag)::value;
+    static_assert(!kScaleInSoftmax || (!kMasked && (kFeatures & kBias) == 0));
     const int t = opaque(int(threadIdx.x));
     auto thr_mma = mma.get_thread_slice(t);
     Tensor tSrQ = thr_mma.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K)
@@ -159,7 +164,8 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     SharedBias shared_bias;
     if constexpr (kTileBias)
       if (p.bias != nullptr) shared_bias = {smem_bias, BiasTile::kPitch};
-    transform_scores_rows<Element, (kFeatures & kBias) != 0>(p, rule, origin, kMasked, acc_s, tScS, shared_bias);
+    if constexpr (!kScaleInSoftmax)
+      transform_scores_rows<Element, (kFeatures & kBias) != 0>(p, rule, origin, kMasked, acc_s, tScS, shared_bias);
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n) (and its bias tile)
@@ -170,7 +176,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     }
 
     Tensor acc_s_rc = rowcol(acc_s);
-    softmax.update(acc_s_rc, acc_o_rc);
+    softmax.update(acc_s_rc, acc_o_rc, kScaleInSoftmax ? p.scale_log2 : 1.0f);
     if constexpr ((kFeatures & kDropout) != 0 && (kFeatures & kDropoutPaired) != 0) {
       if (p.dropout) apply_dropout_rows_paired(p, origin, acc_s, tScS);
     } else if constexpr ((kFeatures & kDropout) != 0) {
@@ -186,13 +192,20 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   };
   // Last to first: the masked tiles at the right edge of the window (and past the keys), the
   // unmasked ones, then the masked ones at its left edge.
+  // A negative (or zero) scale takes the unmasked tiles through the second loop.
   int n = n_last;
   CUTE_NO_UNROLL
-  for (; n >= n_first && n > n_full_hi; --n) key_tile(n, std::true_type{});
+  for (; n >= n_first && n > n_full_hi; --n) key_tile(n, std::true_type{}, std::false_type{});
+  if constexpr ((kFeatures & kBias) == 0) {
+    if (p.scale_log2 > 0.0f) {
+      CUTE_NO_UNROLL
+      for (; n >= n_first && n >= n_full_lo; --n) key_tile(n, std::false_type{}, std::true_type{});
+    }
+  }
   CUTE_NO_UNROLL
-  for (; n >= n_first && n >= n_full_lo; --n) key_tile(n, std::false_type{});
+  for (; n >= n_first && n >= n_full_lo; --n) key_tile(n, std::false_type{}, std::false_type{});
   CUTE_NO_UNROLL
-  for (; n >= n_first; --n) key_tile(n, std::true_type{});
+  for (; n >= n_first; --n) key_tile(n, std::true_type{}, std::false_type{});
 
   // Epilogue: normalise, LSE, then O through shared memory (Q's space) to global memory. The
   // sequence is looked up again rather than kept live across the key loop.
