@@ -2,7 +2,8 @@
 # Nsight Compute on kernel-table rows, one problem: each named row forced with MEMATTN_KERNEL and
 # run once by `memattn run --iters 0`; ncu reads the counters of the row's kernels (forward, or the
 # backward's dK/dV and dQ kernels), clocks left alone. Run on the GPU machine after a build whose
-# rows passed the tests.
+# rows passed the tests. EXTRA_SECTIONS adds ncu sections (e.g. SourceCounters: the top stall
+# locations in the SASS).
 #   scripts/profile_rows.sh fwd|bwd "ROW ROW ..." [memattn run flags]
 set -uo pipefail
 bin=${MEMATTN_BIN:-build-gpu/bin/memattn}
@@ -12,7 +13,7 @@ shift 2
 # The pass's own kernels (the backward's run starts with a forward for O and LSE).
 kernels=$([[ $pass == fwd ]] && echo 'forward' || echo '(dkdv|dq|fused_bwd)')
 sections=(SpeedOfLight Occupancy LaunchStats WarpStateStats SchedulerStats ComputeWorkloadAnalysis
-  MemoryWorkloadAnalysis InstructionStats)
+  MemoryWorkloadAnalysis InstructionStats ${EXTRA_SECTIONS:-})
 for row in $rows; do
   echo "== $row $*"
   MEMATTN_KERNEL=$row ncu --clock-control none --kernel-name-base demangled \
