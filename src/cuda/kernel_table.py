@@ -109,9 +109,16 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # 179 / 207 (gacc 54-55), causal 143 / 202; D = 128 214 / 262 (two-kernel rows 193 / 213), causal
 # S = 8192 234 (200). `deterministic` and dropout keep the two-kernel (D <= 128) and gacc rows.
 # At D = 64, 4 warps x 64 keys (two CTAs per SM) ran 5% faster than 8 x 128 (S = 8192 211 vs
-# 201, S = 16384 220 vs 210); at D = 128 the 4-warp tile lost 20-25%.
-SM80_BACKWARD_FUSED_TILES = {64: (64, 64, 4), 128: (64, 128, 8), 256: (64, 64, 8)}
-SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 128, 8),), 128: ((64, 64, 4),), 256: ()}
+# 201, S = 16384 220 vs 210); at D = 128 the 4-warp tile lost 20-25%. Then 128 queries per step
+# with 128 keys and 8 warps beat 4 x 64 by 5-8% (S = 2048 196 vs 186, S = 8192 239 vs 220,
+# causal 218 vs 203; H100, 2026-11-22 (7)): half the steps, barriers and dQ flushes per FLOP.
+SM80_BACKWARD_FUSED_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
+SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4), (64, 128, 8)), 128: ((64, 64, 4),), 256: ()}
+# Extra tiles the dispatcher may choose, behind the default: for GPUs with less shared memory per
+# CTA than the default needs (D = 64 128 x 128: 166 KB; A100 allows 163 KB).
+SM80_BACKWARD_FUSED_FALLBACK_TILES = {64: (64, 64, 4)}
+# The bias-tile rows' tiles (the bias tile of 128 x 128 would not fit next to the rest).
+SM80_BACKWARD_FUSED_BIAS_TILES = {64: (64, 64, 4), 128: (64, 128, 8)}
 SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (64, 128, 256)
 # With one 8-warp CTA per SM, nothing overlaps a CTA's prologue (K, V) and epilogue (dK, dV), so
 # at D <= 128 the one-pass rows win only over long query loops: measured (bf16, TFLOP/s, one-pass
@@ -121,8 +128,8 @@ SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (64, 128, 256)
 # about S / 2 when causal): 2048. At D = 256 the alternative (gacc) is 2-4x slower everywhere.
 SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 2048, 128: 2048, 256: 0}
 # One-pass rows with a bias tile (the step's bias by cp.async with Q and dO; dS back through the
-# same tile for 16-byte dbias stores). At D = 256 the tile does not fit next to the rest.
-SM80_BACKWARD_FUSED_BIAS_BUCKETS = (64, 128)
+# same tile for 16-byte dbias stores): SM80_BACKWARD_FUSED_BIAS_TILES. At D = 256 the tile does
+# not fit next to the rest.
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
@@ -255,13 +262,16 @@ def backward_rows():
                             atomics=True, fused=True,
                             experimental=head_dim not in SM80_BACKWARD_FUSED_DEFAULT_BUCKETS,
                             min_queries_per_key=SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim]))
-            if head_dim in SM80_BACKWARD_FUSED_BIAS_BUCKETS:
-                rows.append(Row(80, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, False,
+            if head_dim in SM80_BACKWARD_FUSED_BIAS_TILES:
+                tm, tn, tw = SM80_BACKWARD_FUSED_BIAS_TILES[head_dim]
+                rows.append(Row(80, "bwd", dtype, head_dim, tm, tn, tw, "registers", "vector16", True, False,
                                 atomics=True, fused=True, bias_tile=True,
                                 min_queries_per_key=SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim]))
-            for variant, (xm, xn, xw) in enumerate(SM80_BACKWARD_FUSED_EXTRA_TILES[head_dim], start=1):
-                rows.append(Row(80, "bwd", dtype, head_dim, xm, xn, xw, "registers", "vector16", False, False,
-                                variant, atomics=True, fused=True, experimental=True))
+            for variant, tile in enumerate(SM80_BACKWARD_FUSED_EXTRA_TILES[head_dim], start=1):
+                fallback = tile == SM80_BACKWARD_FUSED_FALLBACK_TILES.get(head_dim)
+                rows.append(Row(80, "bwd", dtype, head_dim, *tile, "registers", "vector16", False, False,
+                                variant, atomics=True, fused=True, experimental=not fallback,
+                                min_queries_per_key=SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim] if fallback else 0))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):

@@ -126,7 +126,13 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
                                               bool masked, S& s, DP& dp, const Coords& coord, const float* lse2,
                                               const float* delta, SharedBias shared_bias = {},
                                               bool dbias_staged = false) {
-  transform_scores<Element, (kFeatures & kBias) != 0, kKeyRows>(p, rule, t, masked, s, coord, shared_bias);
+  // Without bias the scale goes into the exp2 FFMA below (one instruction per score instead of
+  // two) and the mask zeroes P and dS afterwards: a hidden score of -inf times a scale <= 0 would
+  // not give P = 0.
+  constexpr bool kScaleInExp = (kFeatures & kBias) == 0;
+  if constexpr (!kScaleInExp)
+    transform_scores<Element, (kFeatures & kBias) != 0, kKeyRows>(p, rule, t, masked, s, coord, shared_bias);
+  const float exp_scale = kScaleInExp ? p.scale_log2 : 1.0f;
   const bool dropout = (kFeatures & kDropout) != 0 && p.dropout;
   const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
   [[maybe_unused]] std::uint64_t keep_bits = 0;
@@ -150,7 +156,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     std::int64_t i, j;
     query_key<kKeyRows>(t, coord, e, &i, &j);
     const int r = int(i - t.m0);
-    const float prob = fast_exp2(s(e) - lse2[r]);
+    const float prob = fast_exp2(fmaf(s(e), exp_scale, -lse2[r]));
     bool keep = true;
     if constexpr ((kFeatures & kDropoutPaired) != 0) keep = !dropout || ((keep_bits >> e) & 1) != 0;
     else keep = !dropout || dropout_keeps(p, bh, i, j);
@@ -177,6 +183,8 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
       }
     }
   }
+  if constexpr (kScaleInExp)
+    if (masked) zero_hidden<kKeyRows>(rule, t, s, dp, coord);
 }
 
 // dbias of query rows m0.. and keys n0.. of sequence b, head h (p.dbias_tile) from its 16-bit values

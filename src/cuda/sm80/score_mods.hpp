@@ -140,6 +140,22 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
   }
 }
 
+// Zeroes P and dS where the mask hides the key (both fragments laid out as `coord`), for
+// gradients computed from unscaled scores (gradient_tile without bias).
+template <bool kKeyRows, class S, class DP, class Coords>
+__device__ __forceinline__ void zero_hidden(const detail::MaskRule& rule, const TileOrigin& t, S& s, DP& dp,
+                                            const Coords& coord) {
+  CUTE_UNROLL
+  for (int e = 0; e < size(s); ++e) {
+    std::int64_t i, j;
+    query_key<kKeyRows>(t, coord, e, &i, &j);
+    if (!rule.visible(i, j)) {
+      s(e) = 0.0f;
+      dp(e) = 0.0f;
+    }
+  }
+}
+
 // Zeroes the dropped probabilities. Values (2k, 2k + 1) of an m16n8 fragment are neighbouring
 // columns of one row, so one Philox call (four keys) serves each pair.
 template <class Probs, class Coords>
@@ -154,6 +170,38 @@ __device__ __forceinline__ void apply_dropout(const FwdParams& p, const TileOrig
     const int lane = int(j & 3);
     if (detail::philox_word(w, lane) < key.threshold) prob(e) = 0.0f;
     if (detail::philox_word(w, lane + 1) < key.threshold) prob(e + 1) = 0.0f;
+  }
+}
+
+// Adds a SharedBias tile (elements of type BiasT) to scaled scores in the rows x cols view of
+// m16n8 fragments: s <- s * scale_log2 + log2(e) * bias. Columns 2k and 2k + 1 of a thread are
+// neighbouring keys, so each pair is one 32-bit (16-bit bias) or 64-bit (fp32) shared-memory load;
+// the tile's pitch puts a quad's eight rows on different banks.
+template <class BiasT, class ScoresRC, class CoordsRC>
+__device__ __forceinline__ void add_shared_bias_pairs(const FwdParams& p, const SharedBias& bias, ScoresRC& s_rc,
+                                                      const CoordsRC& c_rc) {
+  constexpr int kRows = decltype(size<0>(s_rc))::value;
+  constexpr int kCols = decltype(size<1>(s_rc))::value;
+  static_assert(kCols % 2 == 0);
+  const int row0 = get<0>(c_rc(0, 0));
+  const int col0 = get<1>(c_rc(0, 0));
+  const char* tile = bias.tile + row0 * bias.pitch + col0 * int(sizeof(BiasT));
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int dr = get<0>(c_rc(r, 0)) - row0;  // a constant
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; c += 2) {
+      const int dc = get<1>(c_rc(0, c)) - col0;  // a constant
+      float2 b;
+      if constexpr (sizeof(BiasT) == 4) {
+        b = *reinterpret_cast<const float2*>(tile + dr * bias.pitch + dc * 4);
+      } else {
+        const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(tile + dr * bias.pitch + dc * 2);
+        b = make_float2(float(BiasT::bitcast(std::uint16_t(w & 0xffffu))), float(BiasT::bitcast(std::uint16_t(w >> 16))));
+      }
+      s_rc(r, c) = fmaf(b.x, kLog2e, s_rc(r, c) * p.scale_log2);
+      s_rc(r, c + 1) = fmaf(b.y, kLog2e, s_rc(r, c + 1) * p.scale_log2);
+    }
   }
 }
 
@@ -175,50 +223,62 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
   constexpr int kSpan = 1 << 16;  // bound on a tile's rows and columns
   const int row0 = get<0>(c_rc(0, 0));
   const int col0 = get<1>(c_rc(0, 0));
+  const std::int64_t base_i = t.m0 + row0;
+  const auto clamp32 = [](std::int64_t v) { return int(v < -kSpan ? -kSpan : v > kSpan ? kSpan : v); };
+  const bool tile_bias = kBiasCode && shared_bias.tile != nullptr;
+  if (tile_bias) {
+    if (p.bias_is_f32) add_shared_bias_pairs<float>(p, shared_bias, s_rc, c_rc);
+    else add_shared_bias_pairs<Element>(p, shared_bias, s_rc, c_rc);
+  } else {
+    const bool has_bias = kBiasCode && p.bias != nullptr;  // read from global memory
+    [[maybe_unused]] const int rows_in = clamp32(t.q_len - base_i), cols_in = clamp32(t.k_len - t.n0 - col0);
+    const char* bias_row = nullptr;
+    std::int64_t bias_cs = 0;
+    if (has_bias) {
+      bias_cs = p.bias_col_stride;
+      bias_row = static_cast<const char*>(p.bias) + (std::int64_t(t.b) * p.bias_batch_stride +
+                                                     std::int64_t(t.h) * p.bias_head_stride +
+                                                     base_i * p.bias_row_stride + (t.n0 + col0) * bias_cs) *
+                                                        (p.bias_is_f32 ? 4 : 2);
+    }
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int dr = get<0>(c_rc(r, 0)) - row0;  // a constant
+      [[maybe_unused]] std::int64_t boff = 0;
+      if constexpr (kBiasCode)
+        if (has_bias) boff = std::int64_t(dr) * p.bias_row_stride;
+      CUTE_UNROLL
+      for (int c = 0; c < kCols; ++c) {
+        const int dc = get<1>(c_rc(0, c)) - col0;  // a constant
+        float x = s_rc(r, c) * p.scale_log2;
+        if constexpr (kBiasCode) {
+          if (has_bias && dr < rows_in && dc < cols_in) {
+            const std::int64_t off = boff + std::int64_t(dc) * bias_cs;
+            const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_row) + off)
+                                          : float(reinterpret_cast<const Element*>(bias_row)[off]);
+            x = fmaf(b, kLog2e, x);
+          }
+        }
+        s_rc(r, c) = x;
+      }
+    }
+  }
+  if (!masked) return;
   // Visible keys of row i relative to the thread's first column: [lo - col0, hi - col0). Clamping
   // to [-kSpan, kSpan] keeps every in-tile comparison unchanged.
-  const auto clamp32 = [](std::int64_t v) { return int(v < -kSpan ? -kSpan : v > kSpan ? kSpan : v); };
-  const std::int64_t base_i = t.m0 + row0;
   const std::int64_t lo0 = rule.left < 0 ? -kSpan : base_i + rule.shift - rule.left - t.n0 - col0;
   const std::int64_t hi_k = rule.k_len - t.n0 - col0;  // keys past k_len are masked
   const std::int64_t hi0 = rule.right < 0 ? hi_k : base_i + rule.shift + rule.right + 1 - t.n0 - col0;
   const int lo_base = clamp32(lo0), hi_base = clamp32(hi0), hi_cap = clamp32(hi_k);
-  [[maybe_unused]] const int rows_in = clamp32(t.q_len - base_i), cols_in = hi_cap;
-  const bool tile_bias = kBiasCode && shared_bias.tile != nullptr;
-  const bool has_bias = kBiasCode && p.bias != nullptr && !tile_bias;  // read from global memory
-  const char* bias_row = nullptr;
-  std::int64_t bias_cs = 0;
-  if (has_bias) {
-    bias_cs = p.bias_col_stride;
-    bias_row = static_cast<const char*>(p.bias) +
-               (std::int64_t(t.b) * p.bias_batch_stride + std::int64_t(t.h) * p.bias_head_stride + base_i * p.bias_row_stride +
-                (t.n0 + col0) * bias_cs) *
-                   (p.bias_is_f32 ? 4 : 2);
-  }
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
-    const int dr = get<0>(c_rc(r, 0)) - row0;  // a constant
+    const int dr = get<0>(c_rc(r, 0)) - row0;
     const int lo = lo_base + dr;
     const int hi = min(hi_base + dr, hi_cap);
-    [[maybe_unused]] std::int64_t boff = 0;
-    if constexpr (kBiasCode)
-      if (has_bias) boff = std::int64_t(dr) * p.bias_row_stride;
     CUTE_UNROLL
     for (int c = 0; c < kCols; ++c) {
-      const int dc = get<1>(c_rc(0, c)) - col0;  // a constant
-      float x = s_rc(r, c) * p.scale_log2;
-      if constexpr (kBiasCode) {
-        if (tile_bias) {
-          x = fmaf(shared_bias_at<Element>(p, shared_bias, row0 + dr, col0 + dc), kLog2e, x);
-        } else if (has_bias && dr < rows_in && dc < cols_in) {
-          const std::int64_t off = boff + std::int64_t(dc) * bias_cs;
-          const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_row) + off)
-                                        : float(reinterpret_cast<const Element*>(bias_row)[off]);
-          x = fmaf(b, kLog2e, x);
-        }
-      }
-      if (masked && !(dc >= lo && dc < hi)) x = -INFINITY;
-      s_rc(r, c) = x;
+      const int dc = get<1>(c_rc(0, c)) - col0;
+      if (!(dc >= lo && dc < hi)) s_rc(r, c) = -INFINITY;
     }
   }
 }
