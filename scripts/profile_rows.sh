@@ -3,7 +3,8 @@
 # run once by `memattn run --iters 0`; ncu reads the counters of the row's kernels (forward, or the
 # backward's dK/dV and dQ kernels), clocks left alone. Run on the GPU machine after a build whose
 # rows passed the tests. EXTRA_SECTIONS adds ncu sections (e.g. SourceCounters: the top stall
-# locations in the SASS).
+# locations in the SASS); EXTRA_NCU_ARGS adds ncu arguments, e.g. the stall reasons per issued
+# instruction: EXTRA_NCU_ARGS='--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio'.
 #   scripts/profile_rows.sh fwd|bwd "ROW ROW ..." [memattn run flags]
 set -uo pipefail
 bin=${MEMATTN_BIN:-build-gpu/bin/memattn}
@@ -18,6 +19,6 @@ for row in $rows; do
   echo "== $row $*"
   MEMATTN_KERNEL=$row ncu --clock-control none --kernel-name-base demangled \
     --kernel-name "regex:${kernels}_(global_|simt_|fp32_)?kernel" --launch-count 2 \
-    "${sections[@]/#/--section=}" "$bin" run --backend cuda --pass "$pass" --iters 0 "$@" 2>&1 |
+    "${sections[@]/#/--section=}" ${EXTRA_NCU_ARGS:-} "$bin" run --backend cuda --pass "$pass" --iters 0 "$@" 2>&1 |
     grep -vE '^==PROF==|^  *$'
 done
