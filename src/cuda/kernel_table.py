@@ -126,7 +126,10 @@ SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (64, 128, 256)
 # S = 2048 214 vs 193, S = 16384 269 vs 212; D = 64 S = 512 106 vs 132, S = 2048 causal 134 vs
 # 149, S = 2048 170 vs 170, S = 8192 203 vs 188. The crossover, in queries seen per key (S, or
 # about S / 2 when causal): 2048. At D = 256 the alternative (gacc) is 2-4x slower everywhere.
-SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 2048, 128: 2048, 256: 0}
+# With D = 64's 128 x 128 tile (one-pass vs two-kernel, H100, 2026-11-22 (7)): S = 512 118-124 vs
+# 128, S = 1024 146-148 vs 135-145, S = 2048 causal 151-155 vs 144: crossover 1024. D = 128 after
+# the scale moved into the exp2 FFMA: S = 1024 176 vs 180, S = 2048 causal 162 vs 180: still 2048.
+SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048, 256: 0}
 # One-pass rows with a bias tile (the step's bias by cp.async with Q and dO; dS back through the
 # same tile for 16-byte dbias stores): SM80_BACKWARD_FUSED_BIAS_TILES. At D = 256 the tile does
 # not fit next to the rest.

@@ -141,6 +141,8 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   // Only rows with bias code can be given a bias (the dispatcher's rule), so only they carry the
   // dbias stores: in the others the per-element bounds tests would run for nothing.
   constexpr bool kDbiasCode = kWriteDbias && (kFeatures & kBias) != 0;
+  // m16n8 fragments with query rows (not the SIMT kernels' rank-2 ones): neighbouring keys in pairs.
+  constexpr bool kPairs = !kKeyRows && decltype(rank(s.layout()))::value == 3;
   char* dbias = nullptr;
   float* accum = nullptr;
   if (kDbiasCode && p.dbias && !dbias_staged) {
@@ -166,9 +168,11 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     dp(e) = ds;
     if constexpr (kDbiasCode) {
       if (dbias_staged) {
-        int r, c;
-        tile_row_col<kKeyRows>(coord, e, &r, &c);
-        reinterpret_cast<Element*>(shared_bias.tile + r * shared_bias.pitch)[c] = Element(ds);
+        if constexpr (!kPairs) {
+          int r, c;
+          tile_row_col<kKeyRows>(coord, e, &r, &c);
+          reinterpret_cast<Element*>(shared_bias.tile + r * shared_bias.pitch)[c] = Element(ds);
+        }
         continue;
       }
       if (i >= t.q_len || j >= t.k_len) continue;
@@ -185,6 +189,17 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   }
   if constexpr (kScaleInExp)
     if (masked) zero_hidden<kKeyRows>(rule, t, s, dp, coord);
+  if constexpr (kDbiasCode && kPairs) {
+    if (dbias_staged) {  // values (2k, 2k + 1) are neighbouring keys: one 32-bit store per pair
+      CUTE_UNROLL
+      for (int e = 0; e < size(dp); e += 2) {
+        int r, c;
+        tile_row_col<kKeyRows>(coord, e, &r, &c);
+        const std::uint32_t pair = std::uint32_t(Element(dp(e)).raw()) | (std::uint32_t(Element(dp(e + 1)).raw()) << 16);
+        *reinterpret_cast<std::uint32_t*>(shared_bias.tile + r * shared_bias.pitch + c * 2) = pair;
+      }
+    }
+  }
 }
 
 // dbias of query rows m0.. and keys n0.. of sequence b, head h (p.dbias_tile) from its 16-bit values

@@ -92,6 +92,38 @@ __device__ __forceinline__ void load_bias_tile(const FwdParams& p, int b, int h,
   }
 }
 
+// Adds a SharedBias tile (elements of type BiasT) to scaled scores in the rows x cols view of
+// m16n8 fragments: s <- s * scale_log2 + log2(e) * bias. Columns 2k and 2k + 1 of a thread are
+// neighbouring keys, so each pair is one 32-bit (16-bit bias) or 64-bit (fp32) shared-memory load;
+// the tile's pitch puts a quad's eight rows on different banks.
+template <class BiasT, class ScoresRC, class CoordsRC>
+__device__ __forceinline__ void add_shared_bias_pairs(const FwdParams& p, const SharedBias& bias, ScoresRC& s_rc,
+                                                      const CoordsRC& c_rc) {
+  constexpr int kRows = decltype(size<0>(s_rc))::value;
+  constexpr int kCols = decltype(size<1>(s_rc))::value;
+  static_assert(kCols % 2 == 0);
+  const int row0 = get<0>(c_rc(0, 0));
+  const int col0 = get<1>(c_rc(0, 0));
+  const char* tile = bias.tile + row0 * bias.pitch + col0 * int(sizeof(BiasT));
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int dr = get<0>(c_rc(r, 0)) - row0;  // a constant
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; c += 2) {
+      const int dc = get<1>(c_rc(0, c)) - col0;  // a constant
+      float2 b;
+      if constexpr (sizeof(BiasT) == 4) {
+        b = *reinterpret_cast<const float2*>(tile + dr * bias.pitch + dc * 4);
+      } else {
+        const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(tile + dr * bias.pitch + dc * 2);
+        b = make_float2(float(BiasT::bitcast(std::uint16_t(w & 0xffffu))), float(BiasT::bitcast(std::uint16_t(w >> 16))));
+      }
+      s_rc(r, c) = fmaf(b.x, kLog2e, s_rc(r, c) * p.scale_log2);
+      s_rc(r, c + 1) = fmaf(b.y, kLog2e, s_rc(r, c + 1) * p.scale_log2);
+    }
+  }
+}
+
 // s <- log2(e) * (scale * s + bias), and -inf where the mask hides the key (only when `masked`:
 // tiles fully inside the window skip the per-element test). kBiasCode compiles the bias in; a
 // problem without bias still runs such a kernel (p.bias is null then). With a SharedBias tile
@@ -108,24 +140,38 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
     bias_base = static_cast<const char*>(p.bias) +
                 (std::int64_t(t.b) * p.bias_batch_stride + std::int64_t(t.h) * p.bias_head_stride) *
                     (p.bias_is_f32 ? 4 : 2);
-  CUTE_UNROLL
-  for (int e = 0; e < size(s); ++e) {
-    std::int64_t i, j;
-    query_key<kKeyRows>(t, coord, e, &i, &j);
-    float x = s(e) * p.scale_log2;
-    if constexpr (kBiasCode) {
-      if (tile_bias) {
-        int r, c;
-        tile_row_col<kKeyRows>(coord, e, &r, &c);
-        x = fmaf(shared_bias_at<Element>(p, shared_bias, r, c), kLog2e, x);
-      } else if (has_bias && i < t.q_len && j < t.k_len) {
-        const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
-        const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
-                                      : float(reinterpret_cast<const Element*>(bias_base)[off]);
-        x = fmaf(b, kLog2e, x);
-      }
+  // m16n8 fragments with query rows: a thread's neighbouring values are neighbouring keys, read
+  // from the tile in pairs. (The SIMT kernels' 4 x 4 fragments are rank 2.)
+  constexpr bool kPairs = !kKeyRows && decltype(rank(s.layout()))::value == 3;
+  bool done = false;
+  if constexpr (kPairs) {
+    if (tile_bias) {
+      Tensor s_rc = rowcol(s);
+      if (p.bias_is_f32) add_shared_bias_pairs<float>(p, shared_bias, s_rc, rowcol(coord));
+      else add_shared_bias_pairs<Element>(p, shared_bias, s_rc, rowcol(coord));
+      done = true;
     }
-    s(e) = x;
+  }
+  if (!done) {
+    CUTE_UNROLL
+    for (int e = 0; e < size(s); ++e) {
+      std::int64_t i, j;
+      query_key<kKeyRows>(t, coord, e, &i, &j);
+      float x = s(e) * p.scale_log2;
+      if constexpr (kBiasCode) {
+        if (tile_bias) {
+          int r, c;
+          tile_row_col<kKeyRows>(coord, e, &r, &c);
+          x = fmaf(shared_bias_at<Element>(p, shared_bias, r, c), kLog2e, x);
+        } else if (has_bias && i < t.q_len && j < t.k_len) {
+          const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
+          const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
+                                        : float(reinterpret_cast<const Element*>(bias_base)[off]);
+          x = fmaf(b, kLog2e, x);
+        }
+      }
+      s(e) = x;
+    }
   }
   // The mask in a loop of its own behind one branch per tile, so that the tiles inside the window
   // execute none of its 64-bit comparisons (inside the loop above, nvcc predicated them into
@@ -170,38 +216,6 @@ __device__ __forceinline__ void apply_dropout(const FwdParams& p, const TileOrig
     const int lane = int(j & 3);
     if (detail::philox_word(w, lane) < key.threshold) prob(e) = 0.0f;
     if (detail::philox_word(w, lane + 1) < key.threshold) prob(e + 1) = 0.0f;
-  }
-}
-
-// Adds a SharedBias tile (elements of type BiasT) to scaled scores in the rows x cols view of
-// m16n8 fragments: s <- s * scale_log2 + log2(e) * bias. Columns 2k and 2k + 1 of a thread are
-// neighbouring keys, so each pair is one 32-bit (16-bit bias) or 64-bit (fp32) shared-memory load;
-// the tile's pitch puts a quad's eight rows on different banks.
-template <class BiasT, class ScoresRC, class CoordsRC>
-__device__ __forceinline__ void add_shared_bias_pairs(const FwdParams& p, const SharedBias& bias, ScoresRC& s_rc,
-                                                      const CoordsRC& c_rc) {
-  constexpr int kRows = decltype(size<0>(s_rc))::value;
-  constexpr int kCols = decltype(size<1>(s_rc))::value;
-  static_assert(kCols % 2 == 0);
-  const int row0 = get<0>(c_rc(0, 0));
-  const int col0 = get<1>(c_rc(0, 0));
-  const char* tile = bias.tile + row0 * bias.pitch + col0 * int(sizeof(BiasT));
-  CUTE_UNROLL
-  for (int r = 0; r < kRows; ++r) {
-    const int dr = get<0>(c_rc(r, 0)) - row0;  // a constant
-    CUTE_UNROLL
-    for (int c = 0; c < kCols; c += 2) {
-      const int dc = get<1>(c_rc(0, c)) - col0;  // a constant
-      float2 b;
-      if constexpr (sizeof(BiasT) == 4) {
-        b = *reinterpret_cast<const float2*>(tile + dr * bias.pitch + dc * 4);
-      } else {
-        const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(tile + dr * bias.pitch + dc * 2);
-        b = make_float2(float(BiasT::bitcast(std::uint16_t(w & 0xffffu))), float(BiasT::bitcast(std::uint16_t(w >> 16))));
-      }
-      s_rc(r, c) = fmaf(b.x, kLog2e, s_rc(r, c) * p.scale_log2);
-      s_rc(r, c + 1) = fmaf(b.y, kLog2e, s_rc(r, c + 1) * p.scale_log2);
-    }
   }
 }
 
