@@ -60,6 +60,9 @@ SM80_FEATURED_EXTRA_TILES = {
 #   instead of ~500): dropout D = 64 53 -> 59, D = 128 79 -> 91; bias D = 128 59 -> 66, D = 64 +3%.
 SM80_BIAS_TILE_BUCKETS = (64, 128, 256)
 SM80_BIAS_ONLY_TILES = {64: ((128, 64, 4),), 128: ((64, 64, 4), (128, 64, 8))}  # first: the default
+# CTAs per SM asked of the compiler for a bucket's default bias-only row (registers capped so that
+# they fit): the D = 128 64 x 64 tile used 174 registers, two CTAs of 4 warps per SM.
+SM80_BIAS_ONLY_MIN_CTAS = {128: 3}
 SM80_DROPOUT_ONLY_BUCKETS = (64, 256)
 SM80_BACKWARD_DROPOUT_ONLY_BUCKETS = (64, 128)
 SM80_BACKWARD_BIAS_ONLY_BUCKETS = (64, 128)
@@ -167,6 +170,7 @@ class Row:
     dropout_paired: bool = False  # each dropout Philox call serves the lanes that need its words
     fused: bool = False  # backward in one pass (bwd_fused_kernel.hpp); dQ by atomics
     min_queries_per_key: int = 0  # chosen only when a key sees this many queries on average
+    min_ctas: int = 1  # forward register rows: CTAs per SM the compiler must leave registers for
 
     @property
     def features(self):
@@ -214,7 +218,8 @@ def all_rows():
                                 bias_tile=True, dropout_paired=True))
             for variant, (bm, bn, warps) in enumerate(SM80_BIAS_ONLY_TILES.get(head_dim, ())):
                 rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, False,
-                                variant, bias_tile=True))
+                                variant, bias_tile=True,
+                                min_ctas=SM80_BIAS_ONLY_MIN_CTAS.get(head_dim, 1) if variant == 0 else 1))
             if head_dim in SM80_DROPOUT_ONLY_BUCKETS:
                 rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, True,
                                 dropout_paired=True))
@@ -322,7 +327,9 @@ def template_args(r):
         traits = (f"sm80::GlobalFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.block_n}, {r.warps}, "
                   f"{SM80_GLOBAL_TILE[3]}, {loads}>")
     else:
-        traits = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}, {loads}>"
+        ctas = f", {r.min_ctas}" if r.min_ctas > 1 else ""
+        traits = (f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}, "
+                  f"{loads}{ctas}>")
     return f"{traits}, {features}"
 
 

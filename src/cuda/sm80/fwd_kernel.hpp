@@ -226,7 +226,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
 }
 
 template <class Traits, unsigned kFeatures>
-__global__ void __launch_bounds__(Traits::kThreads) forward_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinCtasPerSm) forward_kernel(const __grid_constant__ FwdParams p) {
   extern __shared__ __align__(128) char smem[];
   for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
     forward_tile<Traits, kFeatures>(p, decode_work(p, index), smem);

@@ -16,7 +16,7 @@ enum class Loads {
   element,   // one element per access: any head dim, stride and alignment
 };
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, Loads kLoads_>
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, Loads kLoads_, int kMinCtas_ = 1>
 struct FwdTraits {
   using Element = Element_;
   static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
@@ -27,6 +27,9 @@ struct FwdTraits {
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr Loads kLoads = kLoads_;
+  // CTAs per SM the register forward kernel is compiled for (__launch_bounds__): above 1 the
+  // compiler caps registers per thread so that they fit.
+  static constexpr int kMinCtasPerSm = kMinCtas_;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0);
 
   // Shared memory: rows of 64 (or 32) elements with an XOR swizzle over 16-byte chunks, so that
