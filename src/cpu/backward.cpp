@@ -89,11 +89,11 @@ void load_key_tile(const BackwardArgs& a, const detail::Problem& p, const detail
   load_rows_transposed(a.v, seq.batch, seq.k_begin + j0, cols, BK, hk, 1.0f, w.row_buf.data(), w.vt.data(), BK);
 }
 
-// Loads the queries (times scale), dO and row statistics of one query tile.
+// Loads the queries, dO and row statistics of one query tile.
 void load_query_tile(const BackwardArgs& a, const detail::Problem& p, const RowStats& st,
                      const detail::Sequence& seq, std::int64_t h, std::int64_t i0, std::int64_t rows,
                      Scratch& w) {
-  load_rows(a.q, seq.batch, seq.q_begin + i0, rows, rows, h, float(p.scale), w.qs.data(), p.head_dim);
+  load_rows(a.q, seq.batch, seq.q_begin + i0, rows, rows, h, 1.0f, w.qs.data(), p.head_dim);
   load_rows(a.dout, seq.batch, seq.q_begin + i0, rows, rows, h, 1.0f, w.dob.data(), p.head_dim_v);
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t idx = st.index(seq.batch, seq.q_begin + i0 + r, h);
@@ -107,7 +107,10 @@ void load_query_tile(const BackwardArgs& a, const detail::Problem& p, const RowS
 void gradient_tile(const BackwardArgs& a, const detail::Problem& p, const detail::MaskRule& rule,
                    const TileCoords& t, std::int64_t BK, Scratch& w) {
   const TileLayout layout{BK, 1};
+  // S = scale * (Q K^T): scaling the sum rather than Q spares every query element a rounding.
   gemm(t.rows, BK, p.head_dim, w.qs.data(), {p.head_dim, 1}, w.kt.data(), BK, w.s.data(), BK, false);
+  const float scale = float(p.scale);
+  for (std::int64_t e = 0; e < t.rows * BK; ++e) w.s[e] *= scale;
   finish_scores(p, a.bias, rule, t, BK, layout, 1.0f, w.s.data(), w.row_buf.data());
   gemm(t.rows, BK, p.head_dim_v, w.dob.data(), {p.head_dim_v, 1}, w.vt.data(), BK, w.dp.data(), BK, false);
   const float keep_scale = float(1.0 / (1.0 - p.dropout_p));
@@ -122,7 +125,7 @@ void gradient_tile(const BackwardArgs& a, const detail::Problem& p, const detail
       const float* krow = w.keep.data() + r * BK;
 #pragma omp simd
       for (std::int64_t c = 0; c < BK; ++c) {
-        const float prob = exp2_fast((srow[c] - lse) * kLog2e);
+        const float prob = exp_fast(srow[c] - lse);
         const float z = krow[c] * keep_scale;
         dprow[c] = prob * (z * dprow[c] - delta);
         srow[c] = prob * z;
@@ -130,7 +133,7 @@ void gradient_tile(const BackwardArgs& a, const detail::Problem& p, const detail
     } else {
 #pragma omp simd
       for (std::int64_t c = 0; c < BK; ++c) {
-        const float prob = exp2_fast((srow[c] - lse) * kLog2e);
+        const float prob = exp_fast(srow[c] - lse);
         dprow[c] = prob * (dprow[c] - delta);
         srow[c] = prob;
       }
@@ -175,8 +178,8 @@ void run_main_task(const BackwardArgs& a, const detail::Problem& p, const Tiling
         gemm(rows, D, BK, w.dp.data(), {BK, 1}, w.krows.data(), D, dq + (g * seq.q_len + i0) * D, D, true);
       }
     }
-    // dK = scale * dS^T Q, and qs carried the scale.
-    store_rows(a.dk, seq.batch, seq.k_begin + j0, cols, task.hk, w.dk.data(), D, 1.0f);
+    // dK = scale * dS^T Q.
+    store_rows(a.dk, seq.batch, seq.k_begin + j0, cols, task.hk, w.dk.data(), D, float(p.scale));
     store_rows(a.dv, seq.batch, seq.k_begin + j0, cols, task.hk, w.dv.data(), Dv, 1.0f);
   }
   if (!partial)
