@@ -12,6 +12,7 @@
 #include "cuda/sm80/fwd_fp32_kernel.hpp"
 #include "cuda/sm80/fwd_global_kernel.hpp"
 #include "cuda/sm80/fwd_kernel.hpp"
+#include "cuda/sm80/fwd_wide_kernel.hpp"
 #include "memattn/status.hpp"
 
 namespace memattn::cuda::sm80 {
@@ -81,6 +82,16 @@ Status launch_forward_global(const FwdParams& p, cudaStream_t stream) {
 template <class Traits, unsigned kFeatures>
 Status forward_global_resources(KernelResources* r) {
   return resources(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
+}
+
+template <class Traits, unsigned kFeatures>
+Status launch_forward_wide(const FwdParams& p, cudaStream_t stream) {
+  return launch(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
+}
+
+template <class Traits, unsigned kFeatures>
+Status forward_wide_resources(KernelResources* r) {
+  return resources(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
 }
 
 template <class Traits, unsigned kFeatures>

@@ -1,0 +1,229 @@
+// The sm80 forward kernel for wide heads (D, Dv up to kHeadDim = 512) with the output in registers.
+//
+// The global-accumulator rows serve any head dim, but their fp32 output crosses L2 once per key
+// tile and Q is read again for every key tile (about 29 FLOP per L2 byte at D = 512). Here the
+// whole Q tile stays in shared memory and the output in registers, split over the warps along
+// the head dim (WideFwdTraits), so a key tile costs only its K and V (about 65 FLOP per byte).
+// Per key tile: S = Q K^T on the 4 x 2 warp grid, scaled and masked; each row's maximum from the
+// two warps that share it (shared memory); P to shared memory with each row's rescale factor;
+// then every warp rescales its output columns and adds P V. K and V have one buffer each: V(n)
+// loads during Q K(n)^T, K(n - 1) during P V(n). Plain problems only (no bias, no dropout: those
+// take the global-accumulator rows).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cmath>
+
+#include "core/mask.hpp"
+#include "cuda/fwd_params.hpp"
+#include "cuda/sm80/epilogue.hpp"
+#include "cuda/sm80/fragments.hpp"
+#include "cuda/sm80/fwd_common.hpp"
+#include "cuda/sm80/fwd_wide_traits.hpp"
+#include "cuda/sm80/score_mods.hpp"
+#include "cuda/sm80/softmax.hpp"
+#include "cuda/tile_scheduler.hpp"
+
+namespace memattn::cuda::sm80 {
+
+using namespace cute;
+
+template <class Traits, unsigned kFeatures>
+__device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char* smem) {
+  static_assert(kFeatures == kPlain, "the wide rows take plain problems only");
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  const int tid = threadIdx.x;
+
+  const SequenceInfo seq = sequence_info(p, work.b);
+  const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
+  if (m0 >= seq.q_len) return;
+  const int rows = int(min(std::int64_t(kBlockM), seq.q_len - m0));
+  const detail::MaskRule rule = mask_rule(p, seq);
+  std::int64_t key_begin = 0, key_end = 0;
+  rule.key_range(m0, m0 + rows, &key_begin, &key_end);
+  if (key_begin >= key_end) {
+    write_empty_rows<Traits>(p, seq, work.h, m0, rows);
+    return;
+  }
+  const int n_first = int(key_begin / kBlockN), n_last = int((key_end - 1) / kBlockN);
+
+  Element* smem_q = reinterpret_cast<Element*>(smem);
+  Element* smem_k = smem_q + Traits::kSmemElemsQ;
+  Element* smem_v = smem_k + Traits::kSmemElemsKV;
+  Element* smem_p = smem_v + Traits::kSmemElemsKV;
+  float* max_part = reinterpret_cast<float*>(smem + Traits::kStatsOffset);  // [key half][row]
+  float* rescale_row = max_part + Traits::kWarpsSKeys * kBlockM;            // [row]
+  float* sum_part = rescale_row + kBlockM;                                  // [key half][row]
+  Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
+  Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
+  Tensor sVt = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
+  Tensor sP = cute::make_tensor(make_smem_ptr(smem_p), typename Traits::SmemLayoutP{});
+  const auto tile_q = make_shape(Int<kBlockM>{}, Int<kHeadDim>{});
+  const auto tile_kv = make_shape(Int<kBlockN>{}, Int<kHeadDim>{});
+  const auto tile_s = make_shape(Int<kBlockM>{}, Int<kBlockN>{});
+
+  typename Traits::LoadCopy load;
+  const int hk = work.h / p.group;
+  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
+  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
+  // Copies K or V tile n (rows past the keys and columns past `cols` zero-filled).
+  const auto load_kv = [&](const Element* base, std::int64_t row_stride, Element* dst, int n, int cols) {
+    auto thr = load.get_thread_slice(opaque(tid));
+    const std::int64_t n0 = std::int64_t(n) * kBlockN;
+    Tensor g = cute::make_tensor(make_gmem_ptr(opaque(base) + n0 * row_stride), tile_kv, make_stride(row_stride, _1{}));
+    Tensor s = cute::make_tensor(make_smem_ptr(dst), typename Traits::SmemLayoutKV{});
+    copy_predicated(load, thr.partition_S(g), thr.partition_D(s), thr.partition_S(make_identity_tensor(tile_kv)),
+                    int(min(std::int64_t(kBlockN), seq.k_len - n0)), cols);
+  };
+  {
+    auto thr = load.get_thread_slice(tid);
+    const Element* q_ptr = q_at<Element>(p, seq.batch, seq.q_begin + m0, work.h);
+    Tensor gQ = cute::make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}));
+    copy_predicated(load, thr.partition_S(gQ), thr.partition_D(sQ), thr.partition_S(make_identity_tensor(tile_q)), rows,
+                    p.head_dim);
+  }
+  load_kv(k_ptr, p.k_row_stride, smem_k, n_last, p.head_dim);
+  cp_async_fence();
+
+  typename Traits::MmaS mma_s;
+  typename Traits::MmaO mma_o;
+  const int warp_key_half = (tid / 32) / Traits::kWarpsSRows;  // which keys of the tile this warp's S holds
+  Tensor acc_o = partition_fragment_C(mma_o, tile_q);  // (MMA, MMA_M, MMA_N): every row, this warp's columns
+  clear(acc_o);
+  Tensor acc_o_rc = rowcol(acc_o);
+  constexpr int kRowsS = 2;  // rows of S a thread holds (one m16 atom per warp)
+  float row_max[kRowsS], row_sum[kRowsS];
+  CUTE_UNROLL
+  for (int r = 0; r < kRowsS; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.0f;
+
+  for (int n = n_last; n >= n_first; --n) {
+    const int t = opaque(tid);
+    const std::int64_t n0 = std::int64_t(n) * kBlockN;
+    cp_async_wait<0>();
+    __syncthreads();  // K(n) landed; everyone is done with V(n + 1), P and the row statistics
+    load_kv(v_ptr, p.v_row_stride, smem_v, n, p.head_dim_v);
+    cp_async_fence();
+
+    Tensor acc_s = partition_fragment_C(mma_s, tile_s);
+    clear(acc_s);
+    gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtom>(mma_s, sQ, sK, acc_s, t);
+    const Tensor coord_s = mma_s.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
+    const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
+    const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kBlockN);
+    transform_scores<Element, false>(p, rule, origin, masked, acc_s, coord_s);
+
+    // Row maxima: this thread's keys, its quad's, then the other key half's through shared memory.
+    Tensor s_rc = rowcol(acc_s);
+    Tensor c_rc = rowcol(coord_s);
+    static_assert(decltype(size<0>(s_rc))::value == kRowsS);
+    float tile_max[kRowsS];
+    CUTE_UNROLL
+    for (int r = 0; r < kRowsS; ++r) {
+      float m = -INFINITY;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s_rc); ++c) m = fmaxf(m, s_rc(r, c));
+      tile_max[r] = row_max_all<4>(m);
+      if (t % 4 == 0) max_part[warp_key_half * kBlockM + get<0>(c_rc(r, 0))] = tile_max[r];
+    }
+    __syncthreads();  // both halves' maxima are in
+    CUTE_UNROLL
+    for (int r = 0; r < kRowsS; ++r) {
+      const int row = get<0>(c_rc(r, 0));
+      float new_max = row_max[r];
+      CUTE_UNROLL
+      for (int half = 0; half < Traits::kWarpsSKeys; ++half) new_max = fmaxf(new_max, max_part[half * kBlockM + row]);
+      // A row that has seen nothing visible keeps max -inf: exponentiate against 0 so that its
+      // probabilities are exp2(-inf) = 0, and leave its accumulator alone.
+      const bool empty = new_max == -INFINITY;
+      const float shift = empty ? 0.0f : new_max;
+      const float rescale = empty ? 1.0f : fast_exp2(row_max[r] - new_max);
+      row_max[r] = new_max;
+      float sum = 0.0f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(s_rc); ++c) {
+        s_rc(r, c) = fast_exp2(s_rc(r, c) - shift);
+        sum += s_rc(r, c);
+      }
+      row_sum[r] = row_sum[r] * rescale + sum;
+      if (warp_key_half == 0 && t % 4 == 0) rescale_row[row] = rescale;
+    }
+    {
+      auto p_store = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma_s);
+      auto p_store_thr = p_store.get_thread_slice(t);
+      copy(p_store, p_store_thr.retile_S(convert_fragment<Element>(acc_s)), p_store_thr.partition_D(sP));
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // V(n), P and the rescale factors are in; everyone is done with K(n)
+    if (n > n_first) {
+      load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, p.head_dim);
+      cp_async_fence();
+    }
+
+    // Every warp rescales its output columns (skipped when no row of the tile moved), then O += P V.
+    const Tensor coord_o = mma_o.get_thread_slice(t).partition_C(make_identity_tensor(tile_q));
+    const Tensor co_rc = rowcol(coord_o);
+    constexpr int kRowsO = decltype(size<0>(acc_o_rc))::value;
+    float factor[kRowsO];
+    bool moved = false;
+    CUTE_UNROLL
+    for (int r = 0; r < kRowsO; ++r) {
+      factor[r] = rescale_row[get<0>(co_rc(r, 0))];
+      moved |= factor[r] != 1.0f;
+    }
+    if (__any_sync(0xffffffffu, moved)) OnlineSoftmax<kRowsO>::scale_rows(acc_o_rc, factor);
+    gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtomTransposed>(mma_o, sP, sVt, acc_o,
+                                                                                                t);
+  }
+
+  // Epilogue: each row's sum from both key halves, LSE, O normalised and written through shared
+  // memory (Q's space).
+  const Tensor coord_s = mma_s.get_thread_slice(tid).partition_C(make_identity_tensor(tile_s));
+  const Tensor c_rc = rowcol(coord_s);
+  CUTE_UNROLL
+  for (int r = 0; r < kRowsS; ++r) {
+    const float sum = row_sum_all<4>(row_sum[r]);
+    if (tid % 4 == 0) sum_part[warp_key_half * kBlockM + get<0>(c_rc(r, 0))] = sum;
+  }
+  __syncthreads();
+  float lse[kRowsS];
+  CUTE_UNROLL
+  for (int r = 0; r < kRowsS; ++r) {
+    const int row = get<0>(c_rc(r, 0));
+    float sum = 0.0f;
+    CUTE_UNROLL
+    for (int half = 0; half < Traits::kWarpsSKeys; ++half) sum += sum_part[half * kBlockM + row];
+    const bool empty = row_max[r] == -INFINITY || !(sum > 0.0f);
+    lse[r] = empty ? -INFINITY : (row_max[r] + __log2f(sum)) * 0.6931471805599453f;
+  }
+  if (warp_key_half == 0) write_lse(p, seq, work.h, m0, rows, lse, c_rc);
+  const Tensor coord_o = mma_o.get_thread_slice(tid).partition_C(make_identity_tensor(tile_q));
+  const Tensor co_rc = rowcol(coord_o);
+  constexpr int kRowsO = decltype(size<0>(acc_o_rc))::value;
+  float norm[kRowsO];
+  CUTE_UNROLL
+  for (int r = 0; r < kRowsO; ++r) {
+    const int row = get<0>(co_rc(r, 0));
+    float sum = 0.0f;
+    CUTE_UNROLL
+    for (int half = 0; half < Traits::kWarpsSKeys; ++half) sum += sum_part[half * kBlockM + row];
+    norm[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+  }
+  OnlineSoftmax<kRowsO>::scale_rows(acc_o_rc, norm);
+  Element* o_ptr = o_at<Element>(p, seq.batch, seq.q_begin + m0, work.h);
+  store_tile<Traits, typename Traits::SmemLayoutQ>(
+      mma_o, convert_fragment<Element>(acc_o), smem_q,
+      cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{})), rows, p.head_dim_v);
+}
+
+template <class Traits, unsigned kFeatures>
+__global__ void __launch_bounds__(Traits::kThreads) forward_wide_kernel(const __grid_constant__ FwdParams p) {
+  extern __shared__ __align__(128) char smem[];
+  for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
+    forward_tile_wide<Traits, kFeatures>(p, decode_work(p, index), smem);
+    __syncthreads();  // shared memory is reused by the next work item
+  }
+}
+
+}  // namespace memattn::cuda::sm80
