@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "cuda/sm80/fwd_traits.hpp"
+#include "cuda/sm80/swizzled_tiles.hpp"
 
 namespace memattn::cuda::sm80 {
 
@@ -20,13 +21,13 @@ using namespace cute;
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_>
 struct FusedBwdTraits {
   using Element = Element_;
-  static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
   static constexpr int kHeadDim = kHeadDim_;  // D and Dv both padded to it (zero-filled)
   static constexpr int kBlockM = kBlockM_;    // queries per step
   static constexpr int kBlockN = kBlockN_;    // keys per CTA
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr Loads kLoads = Loads::vector16;
+  using Tiles = SwizzledTiles<Element, kThreads>;
   // Eight warps fill an SM's register file with one CTA; four leave room for two CTAs, so that
   // one CTA's barriers and elementwise phases overlap the other's GEMMs.
   static constexpr int kMinBlocksPerSm = 8 / kWarps;
@@ -46,8 +47,7 @@ struct FusedBwdTraits {
   static constexpr int kDqCols = kHeadDim < 128 ? kHeadDim : 128;
   static_assert(kHeadDim % kDqCols == 0);
 
-  using MmaOp = std::conditional_t<std::is_same_v<Element, cute::bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
-                                   SM80_16x8x16_F32F16F16F32_TN>;
+  using MmaOp = typename Tiles::MmaOp;
   template <class Warps>
   using TiledMmaOf = TiledMMA<MMA_Atom<MmaOp>, Layout<Warps>,
                               Tile<Int<16 * decltype(size<0>(Warps{}))::value>, Int<16 * decltype(size<1>(Warps{}))::value>, _16>>;
@@ -55,14 +55,12 @@ struct FusedBwdTraits {
   using MmaDkv = TiledMmaOf<WarpsDkv>;
   using MmaDq = TiledMmaOf<WarpsDq>;
 
-  // Shared memory: rows of 64 elements with an XOR swizzle over 16-byte chunks (no bank conflicts
-  // for ldmatrix, ldmatrix.trans or cp.async). Every transposed view is the same bytes.
-  using SmemLayoutAtom =
-      decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_8, _64>, Stride<_64, _1>>{}));
+  // Shared memory (SwizzledTiles: no bank conflicts for ldmatrix, ldmatrix.trans or cp.async).
+  // Every transposed view is the same bytes.
   template <int kRows, int kCols>
-  using RowMajorTile = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kRows>, Int<kCols>>{}));
+  using RowMajorTile = typename Tiles::template RowMajorTile<kRows, kCols>;
   template <class Tile, int kRows, int kCols>
-  using Transposed = decltype(composition(Tile{}, make_layout(Shape<Int<kRows>, Int<kCols>>{}, GenRowMajor{})));
+  using Transposed = typename Tiles::template Transposed<Tile, kRows, kCols>;
   using SmemLayoutQ = RowMajorTile<kBlockM, kHeadDim>;                // Q, dO
   using SmemLayoutQt = Transposed<SmemLayoutQ, kHeadDim, kBlockM>;    // B operands of dK, dV
   using SmemLayoutKV = RowMajorTile<kBlockN, kHeadDim>;               // K, V
@@ -70,20 +68,11 @@ struct FusedBwdTraits {
   using SmemLayoutP = RowMajorTile<kBlockM, kBlockN>;                 // P, dS
   using SmemLayoutPt = Transposed<SmemLayoutP, kBlockN, kBlockM>;     // A operands of dV, dK
 
-  using SmemToRegAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
-  using SmemToRegAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
-  // P and dS leave the accumulators two neighbouring columns (32 bits) per store.
-  using RegToSmemAtom = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
-
-  // Global <-> shared: 16 bytes per thread and access, 8 threads per 64-element row.
-  static constexpr int kLoadElems = 8;
-  static constexpr int kThreadsPerRow = 64 / kLoadElems;
-  using GmemThreads =
-      Layout<Shape<Int<kThreads / kThreadsPerRow>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>;
-  using LoadCopy = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, Element>{},
-                                            GmemThreads{}, Layout<Shape<_1, Int<kLoadElems>>>{}));
-  using StoreCopy = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<uint128_t>, Element>{}, GmemThreads{},
-                                             Layout<Shape<_1, Int<kLoadElems>>>{}));
+  using SmemToRegAtom = typename Tiles::SmemToRegAtom;
+  using SmemToRegAtomTransposed = typename Tiles::SmemToRegAtomTransposed;
+  using RegToSmemAtom = typename Tiles::RegToSmemAtom;  // P and dS, two neighbouring columns per store
+  using LoadCopy = typename Tiles::LoadCopy;
+  using StoreCopy = typename Tiles::StoreCopy;
 
   static constexpr int kSmemElemsQ = int(cosize_v<SmemLayoutQ>);
   static constexpr int kSmemElemsKV = int(cosize_v<SmemLayoutKV>);

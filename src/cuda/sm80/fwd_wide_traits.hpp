@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "cuda/sm80/fwd_traits.hpp"
+#include "cuda/sm80/swizzled_tiles.hpp"
 
 namespace memattn::cuda::sm80 {
 
@@ -22,50 +23,37 @@ using namespace cute;
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_>
 struct WideFwdTraits {
   using Element = Element_;
-  static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
   static constexpr int kHeadDim = kHeadDim_;  // D and Dv both padded to it (zero-filled)
   static constexpr int kBlockM = kBlockM_;    // queries per CTA
   static constexpr int kBlockN = kBlockN_;    // keys per tile
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr Loads kLoads = Loads::vector16;
+  using Tiles = SwizzledTiles<Element, kThreads>;
 
   // S: 4 warps along the queries (16 rows each), 2 along the keys; O: every warp all kBlockM rows.
   static constexpr int kWarpsSRows = 4, kWarpsSKeys = kWarps / kWarpsSRows;
   // Each warp's share of an MMA step is 16 wide along N, so that ldmatrix x4 loads its B operand.
   static_assert(kWarps == 8 && kBlockM == 16 * kWarpsSRows && kBlockN % (16 * kWarpsSKeys) == 0);
   static_assert(kHeadDim % (16 * kWarps) == 0 && kHeadDim % 64 == 0);
-  using MmaOp = std::conditional_t<std::is_same_v<Element, cute::bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
-                                   SM80_16x8x16_F32F16F16F32_TN>;
+  using MmaOp = typename Tiles::MmaOp;
   using MmaS = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<Int<kWarpsSRows>, Int<kWarpsSKeys>, _1>>,
                         Tile<Int<16 * kWarpsSRows>, Int<16 * kWarpsSKeys>, _16>>;
   using MmaO = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<_1, Int<kWarps>, _1>>, Tile<_16, Int<16 * kWarps>, _16>>;
 
-  // Shared memory: rows of 64 elements with an XOR swizzle over 16-byte chunks (no bank conflicts
-  // for ldmatrix, ldmatrix.trans or cp.async).
-  using SmemLayoutAtom = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_8, _64>, Stride<_64, _1>>{}));
+  // Shared memory (SwizzledTiles: no bank conflicts for ldmatrix, ldmatrix.trans or cp.async).
   template <int kRows, int kCols>
-  using RowMajorTile = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kRows>, Int<kCols>>{}));
+  using RowMajorTile = typename Tiles::template RowMajorTile<kRows, kCols>;
   using SmemLayoutQ = RowMajorTile<kBlockM, kHeadDim>;
   using SmemLayoutKV = RowMajorTile<kBlockN, kHeadDim>;
-  using SmemLayoutVt =  // V as the B operand of P V: [head dim x keys]
-      decltype(composition(SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+  using SmemLayoutVt = typename Tiles::template Transposed<SmemLayoutKV, kHeadDim, kBlockN>;  // V as P V's B operand
   using SmemLayoutP = RowMajorTile<kBlockM, kBlockN>;
 
-  using SmemToRegAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
-  using SmemToRegAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
-  // P leaves the S accumulators two neighbouring keys (32 bits) per store; O the same way.
-  using RegToSmemAtom = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
-
-  // Global <-> shared: 16 bytes per thread and access, 8 threads per 64-element row.
-  static constexpr int kLoadElems = 8;
-  static constexpr int kThreadsPerRow = 64 / kLoadElems;
-  using GmemThreads =
-      Layout<Shape<Int<kThreads / kThreadsPerRow>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>;
-  using LoadCopy = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, Element>{},
-                                            GmemThreads{}, Layout<Shape<_1, Int<kLoadElems>>>{}));
-  using StoreCopy = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<uint128_t>, Element>{}, GmemThreads{},
-                                             Layout<Shape<_1, Int<kLoadElems>>>{}));
+  using SmemToRegAtom = typename Tiles::SmemToRegAtom;
+  using SmemToRegAtomTransposed = typename Tiles::SmemToRegAtomTransposed;
+  using RegToSmemAtom = typename Tiles::RegToSmemAtom;  // P and O, two neighbouring columns per store
+  using LoadCopy = typename Tiles::LoadCopy;
+  using StoreCopy = typename Tiles::StoreCopy;
 
   // Q, K, V, P (Element), then the row statistics (float): each key-half's row maxima, the
   // rescale factors, each key-half's row sums.

@@ -1,0 +1,44 @@
+// The shared-memory and copy vocabulary of the sm80 kernels whose head dims are multiples of 64
+// (the one-pass backward, the wide-head forward): tiles of 64-element rows with an XOR swizzle
+// over 16-byte chunks, so that ldmatrix, ldmatrix.trans and cp.async see no bank conflicts; the
+// m16n8k16 MMA of the element type; and 16-byte copies between global and shared memory.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <type_traits>
+
+namespace memattn::cuda::sm80 {
+
+using namespace cute;
+
+template <class Element, int kThreads>
+struct SwizzledTiles {
+  static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
+  using MmaOp = std::conditional_t<std::is_same_v<Element, cute::bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
+                                   SM80_16x8x16_F32F16F16F32_TN>;
+
+  using SmemLayoutAtom = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_8, _64>, Stride<_64, _1>>{}));
+  template <int kRows, int kCols>
+  using RowMajorTile = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kRows>, Int<kCols>>{}));
+  // The same bytes seen as [kRows x kCols] of the transposed tile (an operand read transposed).
+  template <class Tile, int kRows, int kCols>
+  using Transposed = decltype(composition(Tile{}, make_layout(Shape<Int<kRows>, Int<kCols>>{}, GenRowMajor{})));
+
+  using SmemToRegAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
+  using SmemToRegAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
+  // Accumulators leave for shared memory two neighbouring columns (32 bits) per store.
+  using RegToSmemAtom = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
+
+  // Global <-> shared: 16 bytes per thread and access, 8 threads per 64-element row.
+  static constexpr int kLoadElems = 8;
+  static constexpr int kThreadsPerRow = 64 / kLoadElems;
+  using GmemThreads =
+      Layout<Shape<Int<kThreads / kThreadsPerRow>, Int<kThreadsPerRow>>, Stride<Int<kThreadsPerRow>, _1>>;
+  using LoadCopy = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, Element>{},
+                                            GmemThreads{}, Layout<Shape<_1, Int<kLoadElems>>>{}));
+  using StoreCopy = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<uint128_t>, Element>{}, GmemThreads{},
+                                             Layout<Shape<_1, Int<kLoadElems>>>{}));
+};
+
+}  // namespace memattn::cuda::sm80
