@@ -123,8 +123,11 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # 201, S = 16384 220 vs 210); at D = 128 the 4-warp tile lost 20-25%. Then 128 queries per step
 # with 128 keys and 8 warps beat 4 x 64 by 5-8% (S = 2048 196 vs 186, S = 8192 239 vs 220,
 # causal 218 vs 203; H100, 2026-11-22 (7)): half the steps, barriers and dQ flushes per FLOP.
-SM80_BACKWARD_FUSED_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
-SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4), (64, 128, 8)), 128: ((64, 64, 4),), 256: ()}
+# At D = 512 a CTA owns 32 keys (dK and dV again 128 registers per thread) and steps through 32
+# queries: experimental, written without a GPU run (2026-11-22 (7)); S and dP give each warp
+# 8 keys per MMA step, dQ goes in four 128-column chunks, 199 KB of shared memory.
+SM80_BACKWARD_FUSED_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8), 512: (32, 32, 8)}
+SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4), (64, 128, 8)), 128: ((64, 64, 4),), 256: (), 512: ()}
 # Extra tiles the dispatcher may choose, behind the default: for GPUs with less shared memory per
 # CTA than the default needs (D = 64 128 x 128: 166 KB; A100 allows 163 KB).
 SM80_BACKWARD_FUSED_FALLBACK_TILES = {64: (64, 64, 4)}
@@ -140,7 +143,7 @@ SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (64, 128, 256)
 # With D = 64's 128 x 128 tile (one-pass vs two-kernel, H100, 2026-11-22 (7)): S = 512 118-124 vs
 # 128, S = 1024 146-148 vs 135-145, S = 2048 causal 151-155 vs 144: crossover 1024. D = 128 after
 # the scale moved into the exp2 FFMA: S = 1024 176 vs 180, S = 2048 causal 162 vs 180: still 2048.
-SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048, 256: 0}
+SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048, 256: 0, 512: 0}
 # One-pass rows with a bias tile (the step's bias by cp.async with Q and dO; dS back through the
 # same tile for 16-byte dbias stores): SM80_BACKWARD_FUSED_BIAS_TILES. At D = 256 the tile does
 # not fit next to the rest.

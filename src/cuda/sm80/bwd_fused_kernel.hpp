@@ -106,18 +106,26 @@ __device__ __forceinline__ void stage_fragment(const Acc& acc, const Coord& coor
 template <int kCols, int kThreads>
 __device__ __forceinline__ void flush_staged(const float* stage, int ld, float* out, std::int64_t row_ld, int rows,
                                              int cols) {
-  static_assert(kCols % 32 == 0 && kThreads % kCols == 0);
-  constexpr int kRowStep = kThreads / kCols;
-  const int col = int(threadIdx.x) % kCols;
-  if (col >= cols) return;
-  int row = int(threadIdx.x) / kCols;
-  out += row * row_ld + col;
-  stage += row * ld + col;
+  if constexpr (kCols > kThreads) {  // rows wider than the CTA (D = 512): kCols / kThreads passes
+    static_assert(kCols % kThreads == 0);
+    CUTE_UNROLL
+    for (int pass = 0; pass < kCols / kThreads; ++pass)
+      flush_staged<kThreads, kThreads>(stage + pass * kThreads, ld, out + pass * kThreads, row_ld, rows,
+                                       cols - pass * kThreads);
+  } else {
+    static_assert(kCols % 32 == 0 && kThreads % kCols == 0);
+    constexpr int kRowStep = kThreads / kCols;
+    const int col = int(threadIdx.x) % kCols;
+    if (col >= cols) return;
+    int row = int(threadIdx.x) / kCols;
+    out += row * row_ld + col;
+    stage += row * ld + col;
 #pragma unroll 4
-  for (; row < rows; row += kRowStep) {
-    atomicAdd(out, *stage);
-    out += kRowStep * row_ld;
-    stage += kRowStep * ld;
+    for (; row < rows; row += kRowStep) {
+      atomicAdd(out, *stage);
+      out += kRowStep * row_ld;
+      stage += kRowStep * ld;
+    }
   }
 }
 
@@ -217,8 +225,8 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     Tensor acc_dp = partition_fragment_C(mma_sdp, tile_s);
     clear(acc_s);
     clear(acc_dp);
-    gemm_smem_2slice<Ldsm, Ldsm>(mma_sdp, sQ, sK, acc_s, t);
-    gemm_smem_2slice<Ldsm, Ldsm>(mma_sdp, sdO, sV, acc_dp, t);
+    gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t);
+    gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t);
     const Tensor coord_s = mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);

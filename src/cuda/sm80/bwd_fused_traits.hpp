@@ -41,7 +41,11 @@ struct FusedBwdTraits {
   using WarpsDkv = std::conditional_t<kWarps == 4, Shape<_2, _2, _1>,
                                       std::conditional_t<(kBlockN >= kHeadDim), Shape<_4, _2, _1>, Shape<_2, _4, _1>>>;
   using WarpsDq = WarpsSdp;
-  static_assert(kBlockM % 32 == 0 && kBlockN % (16 * (kWarps / 2)) == 0 && kHeadDim % 64 == 0);
+  // S and dP: each warp's share of an MMA step is 16 keys wide, or 8 when the CTA's keys are too
+  // few for that (32 keys over 4 warps at D = 512; its B operand then loads with ldmatrix x2).
+  static constexpr int kWarpsSdpN = decltype(size<1>(WarpsSdp{}))::value;
+  static constexpr int kSdpStepN = kBlockN % (16 * kWarpsSdpN) == 0 ? 16 * kWarpsSdpN : 8 * kWarpsSdpN;
+  static_assert(kBlockM % 32 == 0 && kBlockN % kSdpStepN == 0 && kBlockN % 32 == 0 && kHeadDim % 64 == 0);
   // dQ = dS K is computed and added to the workspace in column chunks of this width: above 128 a
   // whole row of dQ next to the dK/dV accumulators would not fit in the registers.
   static constexpr int kDqCols = kHeadDim < 128 ? kHeadDim : 128;
@@ -51,7 +55,8 @@ struct FusedBwdTraits {
   template <class Warps>
   using TiledMmaOf = TiledMMA<MMA_Atom<MmaOp>, Layout<Warps>,
                               Tile<Int<16 * decltype(size<0>(Warps{}))::value>, Int<16 * decltype(size<1>(Warps{}))::value>, _16>>;
-  using MmaSdp = TiledMmaOf<WarpsSdp>;
+  using MmaSdp = TiledMMA<MMA_Atom<MmaOp>, Layout<WarpsSdp>,
+                          Tile<Int<16 * decltype(size<0>(WarpsSdp{}))::value>, Int<kSdpStepN>, _16>>;
   using MmaDkv = TiledMmaOf<WarpsDkv>;
   using MmaDq = TiledMmaOf<WarpsDq>;
 
@@ -70,6 +75,8 @@ struct FusedBwdTraits {
 
   using SmemToRegAtom = typename Tiles::SmemToRegAtom;
   using SmemToRegAtomTransposed = typename Tiles::SmemToRegAtomTransposed;
+  // The B operand (K, V) of S and dP.
+  using SdpBAtom = std::conditional_t<kSdpStepN == 8 * kWarpsSdpN, typename Tiles::SmemToRegAtomX2, SmemToRegAtom>;
   using RegToSmemAtom = typename Tiles::RegToSmemAtom;  // P and dS, two neighbouring columns per store
   using LoadCopy = typename Tiles::LoadCopy;
   using StoreCopy = typename Tiles::StoreCopy;

@@ -19,13 +19,17 @@ struct SwizzledTiles {
                                    SM80_16x8x16_F32F16F16F32_TN>;
 
   using SmemLayoutAtom = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_8, _64>, Stride<_64, _1>>{}));
+  // Tiles only 32 columns wide (the one-pass backward's P and dS with 32 keys) swizzle 32-element rows.
+  using SmemLayoutAtom32 = decltype(composition(Swizzle<2, 3, 3>{}, Layout<Shape<_8, _32>, Stride<_32, _1>>{}));
   template <int kRows, int kCols>
-  using RowMajorTile = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kRows>, Int<kCols>>{}));
+  using RowMajorTile = decltype(tile_to_shape(
+      std::conditional_t<kCols % 64 == 0, SmemLayoutAtom, SmemLayoutAtom32>{}, Shape<Int<kRows>, Int<kCols>>{}));
   // The same bytes seen as [kRows x kCols] of the transposed tile (an operand read transposed).
   template <class Tile, int kRows, int kCols>
   using Transposed = decltype(composition(Tile{}, make_layout(Shape<Int<kRows>, Int<kCols>>{}, GenRowMajor{})));
 
   using SmemToRegAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;
+  using SmemToRegAtomX2 = Copy_Atom<SM75_U32x2_LDSM_N, Element>;  // B operands 8 wide per warp
   using SmemToRegAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;
   // Accumulators leave for shared memory two neighbouring columns (32 bits) per store.
   using RegToSmemAtom = Copy_Atom<AutoVectorizingCopyWithAssumedAlignment<32>, Element>;
