@@ -306,12 +306,17 @@ def backward_rows():
     return rows
 
 
+def row_kind(r):
+    """What makes a row a different kernel (not just another size of one): what `reduced` keeps one of."""
+    return (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.fused, r.bias_tile,
+            r.dropout_paired, r.wide, r.loads, r.features)
+
+
 def reduced(rows):
-    """One row per kernel kind (family, pass, fp32 or not, accumulator, loads, features), smallest head dim first."""
+    """One row per kernel kind (row_kind), smallest head dim first."""
     seen, out = set(), []
     for r in sorted(rows, key=lambda r: (r.head_dim, r.dtype)):
-        kind = (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.fused, r.bias_tile,
-                r.dropout_paired, r.wide, r.loads, r.features)
+        kind = row_kind(r)
         if kind not in seen and r.variant == 0:
             seen.add(kind)
             out.append(r)

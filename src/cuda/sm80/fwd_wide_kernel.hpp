@@ -166,13 +166,9 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     const Tensor co_rc = rowcol(coord_o);
     constexpr int kRowsO = decltype(size<0>(acc_o_rc))::value;
     float factor[kRowsO];
-    bool moved = false;
     CUTE_UNROLL
-    for (int r = 0; r < kRowsO; ++r) {
-      factor[r] = rescale_row[get<0>(co_rc(r, 0))];
-      moved |= factor[r] != 1.0f;
-    }
-    if (__any_sync(0xffffffffu, moved)) OnlineSoftmax<kRowsO>::scale_rows(acc_o_rc, factor);
+    for (int r = 0; r < kRowsO; ++r) factor[r] = rescale_row[get<0>(co_rc(r, 0))];
+    OnlineSoftmax<kRowsO>::rescale_if_moved(acc_o_rc, factor);
     gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtomTransposed>(mma_o, sP, sVt, acc_o,
                                                                                                 t);
   }
@@ -187,13 +183,16 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     if (tid % 4 == 0) sum_part[warp_key_half * kBlockM + get<0>(c_rc(r, 0))] = sum;
   }
   __syncthreads();
-  float lse[kRowsS];
-  CUTE_UNROLL
-  for (int r = 0; r < kRowsS; ++r) {
-    const int row = get<0>(c_rc(r, 0));
+  const auto row_total = [&](int row) {  // a row's sum over both key halves
     float sum = 0.0f;
     CUTE_UNROLL
     for (int half = 0; half < Traits::kWarpsSKeys; ++half) sum += sum_part[half * kBlockM + row];
+    return sum;
+  };
+  float lse[kRowsS];
+  CUTE_UNROLL
+  for (int r = 0; r < kRowsS; ++r) {
+    const float sum = row_total(get<0>(c_rc(r, 0)));
     const bool empty = row_max[r] == -INFINITY || !(sum > 0.0f);
     lse[r] = empty ? -INFINITY : (row_max[r] + __log2f(sum)) * 0.6931471805599453f;
   }
@@ -204,10 +203,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   float norm[kRowsO];
   CUTE_UNROLL
   for (int r = 0; r < kRowsO; ++r) {
-    const int row = get<0>(co_rc(r, 0));
-    float sum = 0.0f;
-    CUTE_UNROLL
-    for (int half = 0; half < Traits::kWarpsSKeys; ++half) sum += sum_part[half * kBlockM + row];
+    const float sum = row_total(get<0>(co_rc(r, 0)));
     norm[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
   }
   OnlineSoftmax<kRowsO>::scale_rows(acc_o_rc, norm);

@@ -73,18 +73,12 @@ struct OnlineSoftmax {
     }
   }
 
-  // The same, rescaling an accumulator held in registers. Once the running maxima settle, most
-  // tiles move no row's max in the whole warp: those skip the rescale (a multiply per accumulator
-  // element, about a tenth of the forward's key-loop instructions at D = 128). Every lane of the
-  // warp must call this (the vote).
+  // The same, rescaling an accumulator held in registers. Every lane of the warp must call this.
   template <class Scores, class Acc>
   __device__ __forceinline__ void update(Scores& scores, Acc& acc, float scale = 1.0f) {
     float rescale[kRows];
     update(scores, rescale, scale);
-    bool moved = false;
-    CUTE_UNROLL
-    for (int r = 0; r < kRows; ++r) moved |= rescale[r] != 1.0f;
-    if (__any_sync(0xffffffffu, moved)) scale_rows(acc, rescale);
+    rescale_if_moved(acc, rescale);
   }
 
   template <class Acc>
@@ -93,6 +87,18 @@ struct OnlineSoftmax {
     for (int r = 0; r < kRows; ++r)
       CUTE_UNROLL
       for (int c = 0; c < size<1>(acc); ++c) acc(r, c) *= factor[r];
+  }
+
+  // scale_rows with the running maxima's rescale factors. Once the maxima settle, most tiles move
+  // no row's max in the whole warp: those skip it (a multiply per accumulator element, about a
+  // tenth of the forward's key-loop instructions at D = 128). Every lane of the warp must call
+  // this (the vote).
+  template <class Acc>
+  __device__ __forceinline__ static void rescale_if_moved(Acc& acc, const float (&factor)[kRows]) {
+    bool moved = false;
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) moved |= factor[r] != 1.0f;
+    if (__any_sync(0xffffffffu, moved)) scale_rows(acc, factor);
   }
 
   // Per-row output factors once every key has been seen: out_scale / row sum (out_scale is the
