@@ -124,8 +124,10 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # with 128 keys and 8 warps beat 4 x 64 by 5-8% (S = 2048 196 vs 186, S = 8192 239 vs 220,
 # causal 218 vs 203; H100, 2026-11-22 (7)): half the steps, barriers and dQ flushes per FLOP.
 # At D = 512 a CTA owns 32 keys (dK and dV again 128 registers per thread) and steps through 32
-# queries: experimental, written without a GPU run (2026-11-22 (7)); S and dP give each warp
-# 8 keys per MMA step, dQ goes in four 128-column chunks, 199 KB of shared memory.
+# queries; S and dP give each warp 8 keys per MMA step, dQ goes in four 128-column chunks, 199 KB
+# of shared memory. Against the gacc rows (H100, 2026-11-22 (8), bf16, TFLOP/s): D = 512 S = 4096
+# 50 -> 120, causal 40 -> 117; D = 384 (padded to 512) 50 -> 90: the default for plain problems
+# at D = 257..512.
 SM80_BACKWARD_FUSED_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8), 512: (32, 32, 8)}
 SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4), (64, 128, 8)), 128: ((64, 64, 4),), 256: (), 512: ()}
 # Extra tiles the dispatcher may choose, behind the default: for GPUs with less shared memory per
@@ -133,7 +135,7 @@ SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4), (64, 128, 8)), 128: ((64, 6
 SM80_BACKWARD_FUSED_FALLBACK_TILES = {64: (64, 64, 4)}
 # The bias-tile rows' tiles (the bias tile of 128 x 128 would not fit next to the rest).
 SM80_BACKWARD_FUSED_BIAS_TILES = {64: (64, 64, 4), 128: (64, 128, 8)}
-SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (64, 128, 256)
+SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (64, 128, 256, 512)
 # With one 8-warp CTA per SM, nothing overlaps a CTA's prologue (K, V) and epilogue (dK, dV), so
 # at D <= 128 the one-pass rows win only over long query loops: measured (bf16, TFLOP/s, one-pass
 # vs two-kernel) D = 128 S = 512 140 vs 158, causal 84 vs 111, S = 2048 causal 150 vs 168,

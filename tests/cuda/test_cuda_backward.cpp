@@ -30,11 +30,11 @@ INSTANTIATE_TEST_SUITE_P(Features, CudaBackward, ::testing::ValuesIn(named_cases
                          [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
 
 // The same cases at head dims of the larger buckets (64, 128 and 256, where the one-pass rows
-// run): D = 64, 120 and 248 (Dv 56, 112 and 240 where the case has Dv != D). The cases beyond
-// 128 and the 1013-row one (slow on the reference) are left out.
-std::vector<NamedCase> wide_head_cases() {
+// run, and 512 for them alone): D = 64, 120, 248 and 376 (Dv 8 less where the case has Dv != D).
+// The cases beyond 128 and the 1013-row one (slow on the reference) are left out.
+std::vector<NamedCase> wide_head_cases(std::initializer_list<int> head_dims = {64, 120, 248}) {
   std::vector<NamedCase> out;
-  for (const int d : {64, 120, 248})
+  for (const int d : head_dims)
     for (NamedCase c : named_cases(Backend::cuda, {DType::bf16, DType::f16})) {
       tools::ProblemSpec& s = c.spec;
       if (s.head_dim > 128 || s.seqlen_q > 1000) continue;
@@ -59,7 +59,7 @@ class CudaBackwardOnePass : public ::testing::TestWithParam<NamedCase> {};
 std::string one_pass_row(const tools::ProblemSpec& s) {
   if (s.dropout.p > 0 || s.deterministic) return {};
   const int d = int(std::max(s.head_dim, s.head_dim_v));
-  const int bucket = d <= 64 ? 64 : d <= 128 ? 128 : 256;
+  const int bucket = d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 512;
   const std::string prefix = std::string("bwd_sm80_") + (s.dtype == DType::bf16 ? "bf16" : "fp16") + "_d" +
                              std::to_string(bucket) + "_";
   const std::string suffix = s.bias.has_value() ? "_btile_vec_bias" : "_vec_plain";
@@ -86,7 +86,7 @@ TEST_P(CudaBackwardOnePass, MatchesReference) {
 // The wide-head cases, with Mk rounded up to a multiple of 8 where there is a bias (the bias tile
 // needs 16-byte rows; at the cases' odd Mk no bias-tile row fits).
 std::vector<NamedCase> one_pass_cases() {
-  std::vector<NamedCase> out = wide_head_cases();
+  std::vector<NamedCase> out = wide_head_cases({64, 120, 248, 376});
   for (NamedCase& c : out)
     if (c.spec.bias.has_value() && !c.spec.varlen()) c.spec.seqlen_k = (c.spec.seqlen_k + 7) / 8 * 8;
   return out;
