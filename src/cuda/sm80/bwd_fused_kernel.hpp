@@ -56,6 +56,9 @@ struct FusedBwdSmem {
   using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kBiasOffset = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
   static constexpr int kBytes = kBiasOffset + (tiles_bias(kFeatures) ? BiasTile::kBytes : 0);
+  // sdp_split_head_dim's partial sums use the dQ stage.
+  static_assert(Traits::kSdpSlices == 1 ||
+                2 * Traits::kSdpSlices * (Traits::kBlockN + 8) <= kDqLd, "the S/dP partials fit the dQ stage");
 };
 
 // One query row's LSE and delta as loaded (thread r holds row r of the tile; load_row_stats'
@@ -97,6 +100,50 @@ __device__ __forceinline__ void stage_fragment(const Acc& acc, const Coord& coor
   for (int e = 0; e < size(acc); e += 2) {
     const int row = get<0>(coord(e)), col = col0 + get<1>(coord(e));
     *reinterpret_cast<float2*>(stage + row * ld + col) = make_float2(acc(e), acc(e + 1));
+  }
+}
+
+// S = Q K^T and dP = dO V^T with the head dim split over the warps (Traits::kSdpSlices > 1):
+// the warps of slice s compute the whole tile's partial sums over head-dim columns
+// [s, s + 1) * kSdpSliceCols and stage them in fp32 (`partials`: every slice's S, then every
+// slice's dP, kLd floats per row, which puts the eight rows of a fragment store on different
+// banks); after a barrier each warp adds up the slices at its own WarpsSdp fragment's
+// coordinates, in slice order.
+template <class Traits, class TileQ, class TileK, class Acc, class Coord>
+__device__ __forceinline__ void sdp_split_head_dim(const TileQ& sQ, const TileK& sK, const TileQ& sdO, const TileK& sV,
+                                                   float* partials, Acc& acc_s, Acc& acc_dp, const Coord& coord_s,
+                                                   int t) {
+  constexpr int kSlices = Traits::kSdpSlices, kSliceThreads = Traits::kThreads / kSlices;
+  constexpr int kLd = Traits::kBlockN + 8;
+  constexpr int kSliceElems = Traits::kBlockM * kLd;
+  using Ldsm = typename Traits::SmemToRegAtom;
+  typename Traits::MmaSdpSlice mma;
+  const int slice = t / kSliceThreads, st = t % kSliceThreads;
+  const auto tile_s = make_shape(Int<Traits::kBlockM>{}, Int<Traits::kBlockN>{});
+  const Tensor coord = mma.get_thread_slice(st).partition_C(make_identity_tensor(tile_s));
+  const auto slice_q = make_shape(Int<Traits::kBlockM>{}, Int<Traits::kSdpSliceCols>{});
+  const auto slice_k = make_shape(Int<Traits::kBlockN>{}, Int<Traits::kSdpSliceCols>{});
+  const auto partial = [&](const auto& sA, const auto& sB, float* out) {
+    Tensor acc = partition_fragment_C(mma, tile_s);
+    clear(acc);
+    gemm_smem_2slice<Ldsm, Ldsm>(mma, local_tile(sA, slice_q, make_coord(0, slice)),
+                                 local_tile(sB, slice_k, make_coord(0, slice)), acc, st);
+    stage_fragment(acc, coord, out + slice * kSliceElems, kLd, 0);
+  };
+  partial(sQ, sK, partials);
+  partial(sdO, sV, partials + kSlices * kSliceElems);
+  __syncthreads();  // every slice's partial sums are in
+  CUTE_UNROLL
+  for (int e = 0; e < size(acc_s); e += 2) {
+    const int at = get<0>(coord_s(e)) * kLd + get<1>(coord_s(e));
+    float2 s = make_float2(0.0f, 0.0f), dp = s;
+    CUTE_UNROLL
+    for (int i = 0; i < kSlices; ++i) {
+      const float2 ps = *reinterpret_cast<const float2*>(partials + i * kSliceElems + at);
+      const float2 pdp = *reinterpret_cast<const float2*>(partials + (kSlices + i) * kSliceElems + at);
+      s.x += ps.x, s.y += ps.y, dp.x += pdp.x, dp.y += pdp.y;
+    }
+    acc_s(e) = s.x, acc_s(e + 1) = s.y, acc_dp(e) = dp.x, acc_dp(e + 1) = dp.y;
   }
 }
 
@@ -223,10 +270,15 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
 
     Tensor acc_s = partition_fragment_C(mma_sdp, tile_s);
     Tensor acc_dp = partition_fragment_C(mma_sdp, tile_s);
-    clear(acc_s);
-    clear(acc_dp);
-    gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t);
-    gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t);
+    if constexpr (Traits::kSdpSlices > 1) {  // the dQ stage is free until the dQ GEMM
+      sdp_split_head_dim<Traits>(sQ, sK, sdO, sV, dq_stage, acc_s, acc_dp,
+                                 mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s)), t);
+    } else {
+      clear(acc_s);
+      clear(acc_dp);
+      gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t);
+      gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t);
+    }
     const Tensor coord_s = mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);

@@ -36,16 +36,29 @@ struct FusedBwdTraits {
   // With 8 warps the dK/dV grid splits the longer side of keys x head dim four ways, so that each
   // warp's share (and what it reads per FLOP) stays as square as it can: 32 x 64 at D = 128 with
   // 128 keys and at D = 256 with 64 keys.
+  // With 32 keys (D = 512) the grid is one row of warps, each 32 keys x 64 head-dim columns: a
+  // 2 x 4 grid would have both rows of warps read the same dO and Q columns.
   static_assert(kWarps == 4 || kWarps == 8);
   using WarpsSdp = std::conditional_t<kWarps == 8, Shape<_2, _4, _1>, Shape<_2, _2, _1>>;
-  using WarpsDkv = std::conditional_t<kWarps == 4, Shape<_2, _2, _1>,
-                                      std::conditional_t<(kBlockN >= kHeadDim), Shape<_4, _2, _1>, Shape<_2, _4, _1>>>;
+  using WarpsDkv = std::conditional_t<
+      kWarps == 4, Shape<_2, _2, _1>,
+      std::conditional_t<(kBlockN >= kHeadDim), Shape<_4, _2, _1>,
+                         std::conditional_t<(kBlockN <= 32), Shape<_1, _8, _1>, Shape<_2, _4, _1>>>>;
   using WarpsDq = WarpsSdp;
   // S and dP: each warp's share of an MMA step is 16 keys wide, or 8 when the CTA's keys are too
   // few for that (32 keys over 4 warps at D = 512; its B operand then loads with ldmatrix x2).
   static constexpr int kWarpsSdpN = decltype(size<1>(WarpsSdp{}))::value;
   static constexpr int kSdpStepN = kBlockN % (16 * kWarpsSdpN) == 0 ? 16 * kWarpsSdpN : 8 * kWarpsSdpN;
   static_assert(kBlockM % 32 == 0 && kBlockN % kSdpStepN == 0 && kBlockN % 32 == 0 && kHeadDim % 64 == 0);
+  // With a 32 x 32 score tile and a wide head (D = 512) the WarpsSdp grid leaves each warp one
+  // 16 x 8 accumulator over the whole head dim: it reads 24 KB of Q and K per 0.26 MFLOP, and
+  // its 32 MMAs form one dependency chain (ncu: shared memory 73% busy, S and dP ~45% of its
+  // wavefronts). Instead the head dim is split kSdpSlices ways; each slice's warps compute the
+  // whole tile over their columns (MmaSdpSlice: 32 x 16 per warp, four accumulators), and the
+  // partial sums meet in shared memory, where each warp adds up its WarpsSdp fragment.
+  static constexpr int kSdpSlices = (kBlockM == 32 && kBlockN == 32 && kHeadDim >= 512) ? 4 : 1;
+  static constexpr int kSdpSliceCols = kHeadDim / kSdpSlices;
+  static_assert(kSdpSlices == 1 || kBlockN == 16 * (kWarps / kSdpSlices));
   // dQ = dS K is computed and added to the workspace in column chunks of this width: above 128 a
   // whole row of dQ next to the dK/dV accumulators would not fit in the registers.
   static constexpr int kDqCols = kHeadDim < 128 ? kHeadDim : 128;
@@ -59,6 +72,8 @@ struct FusedBwdTraits {
                           Tile<Int<16 * decltype(size<0>(WarpsSdp{}))::value>, Int<kSdpStepN>, _16>>;
   using MmaDkv = TiledMmaOf<WarpsDkv>;
   using MmaDq = TiledMmaOf<WarpsDq>;
+  using MmaSdpSlice = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<_1, Int<kWarps / kSdpSlices>, _1>>,
+                               Tile<_16, Int<16 * (kWarps / kSdpSlices)>, _16>>;
 
   // Shared memory (SwizzledTiles: no bank conflicts for ldmatrix, ldmatrix.trans or cp.async).
   // Every transposed view is the same bytes.
