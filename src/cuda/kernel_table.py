@@ -124,10 +124,10 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # with 128 keys and 8 warps beat 4 x 64 by 5-8% (S = 2048 196 vs 186, S = 8192 239 vs 220,
 # causal 218 vs 203; H100, 2026-11-22 (7)): half the steps, barriers and dQ flushes per FLOP.
 # At D = 512 a CTA owns 32 keys (dK and dV again 128 registers per thread) and steps through 32
-# queries; S and dP give each warp 8 keys per MMA step, dQ goes in four 128-column chunks, 199 KB
-# of shared memory. Against the gacc rows (H100, 2026-11-22 (8), bf16, TFLOP/s): D = 512 S = 4096
-# 50 -> 120, causal 40 -> 117; D = 384 (padded to 512) 50 -> 90: the default for plain problems
-# at D = 257..512.
+# queries; S and dP split four ways along the head dim (FusedBwdTraits::kSdpSlices), dQ goes in
+# four 128-column chunks, 199 KB of shared memory. Against the gacc rows (H100, 2026-11-22 (8),
+# bf16, TFLOP/s): D = 512 S = 4096 50 -> 140, causal 40 -> 134; D = 384 (padded to 512) 50 -> 103:
+# the default for plain problems at D = 257..512.
 SM80_BACKWARD_FUSED_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8), 512: (32, 32, 8)}
 SM80_BACKWARD_FUSED_EXTRA_TILES = {64: ((64, 64, 4), (64, 128, 8)), 128: ((64, 64, 4),), 256: (), 512: ()}
 # Extra tiles the dispatcher may choose, behind the default: for GPUs with less shared memory per

@@ -1,4 +1,4 @@
-// The sm80 backward in one pass over the scores (register accumulators, head dims 64 to 256).
+// The sm80 backward in one pass over the scores (register accumulators, head dims 64 to 512).
 //
 // One CTA owns kBlockN keys of one (sequence, kv head) and walks, for every query head of the kv
 // head's group, the query tiles that can see them. Per tile: S = Q K^T and dP = dO V^T, P and
