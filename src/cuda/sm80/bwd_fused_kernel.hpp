@@ -92,7 +92,8 @@ __device__ __forceinline__ void stage_row_stat(const RowStat& s, float* lse2, fl
 // whole 128-byte row segments to the workspace (one cache line per atomic instruction; straight
 // from the fragments, an instruction touches eight rows' lines, four floats each). ncu: the
 // fragment atomics held L2 at 83% of its peak at D = 256; 16-byte vector atomics from the
-// fragments (four columns per lane) ran 1.8x slower still (H100, 2026-11-22 (6)).
+// fragments (four columns per lane) ran 1.8x slower still (H100, 2026-11-22 (6)); from the staged
+// rows (sm_90's red.v4.f32, a quarter of the instructions) they changed nothing (2026-11-22 (8)).
 // An m16n8 fp32 accumulator holds each pair of neighbouring columns in consecutive registers.
 template <class Acc, class Coord>
 __device__ __forceinline__ void stage_fragment(const Acc& acc, const Coord& coord, float* stage, int ld, int col0) {
