@@ -44,7 +44,7 @@ struct FusedBwdTraits {
       kWarps == 4, Shape<_2, _2, _1>,
       std::conditional_t<(kBlockN >= kHeadDim), Shape<_4, _2, _1>,
                          std::conditional_t<(kBlockN <= 32), Shape<_1, _8, _1>, Shape<_2, _4, _1>>>>;
-  using WarpsDq = WarpsSdp;
+  using WarpsDq = std::conditional_t<(kWarps == 8 && kBlockN <= 32), Shape<_1, _8, _1>, WarpsSdp>;
   // S and dP: each warp's share of an MMA step is 16 keys wide, or 8 when the CTA's keys are too
   // few for that (32 keys over 4 warps at D = 512; its B operand then loads with ldmatrix x2).
   static constexpr int kWarpsSdpN = decltype(size<1>(WarpsSdp{}))::value;
@@ -60,8 +60,10 @@ struct FusedBwdTraits {
   static constexpr int kSdpSliceCols = kHeadDim / kSdpSlices;
   static_assert(kSdpSlices == 1 || kBlockN == 16 * (kWarps / kSdpSlices));
   // dQ = dS K is computed and added to the workspace in column chunks of this width: above 128 a
-  // whole row of dQ next to the dK/dV accumulators would not fit in the registers.
-  static constexpr int kDqCols = kHeadDim < 128 ? kHeadDim : 128;
+  // whole row of dQ next to the dK/dV accumulators would not fit in the registers. With 32 keys
+  // (D = 512) the grid is one row of warps over 256-column chunks: each warp reads 8 KB of dS and
+  // K per step instead of 12 (2 x 4 over 128-column chunks), in two chunks instead of four.
+  static constexpr int kDqCols = kHeadDim < 128 ? kHeadDim : kBlockN <= 32 ? 256 : 128;
   static_assert(kHeadDim % kDqCols == 0);
 
   using MmaOp = typename Tiles::MmaOp;
