@@ -74,6 +74,15 @@ SM80_BACKWARD_BIAS_ONLY_BUCKETS = (64, 128)
 # it there). H100, bf16, against the gacc row (2026-11-22 (7)): D = 512 S = 4096 130 -> 249
 # TFLOP/s, causal 101 -> 234, S = 1024 130 -> 231; D = 384 (padded to 512) 139 -> 147.
 SM80_WIDE_TILES = {512: (64, 64, 8)}
+# Wide-head forward rows whose head dim is split over a cluster of CTAs (sm_90 family): bucket ->
+# (queries, keys, warps, CTAs). Each CTA of a pair runs the 512 layout on its half of D = 1024
+# (its half of Q, K, V and of the output); the partial scores meet through distributed shared
+# memory (16 KB per 64 x 64 tile), so each CTA's K/V traffic per FLOP is the D = 512 row's.
+# D = 768 as two halves of 384: the 1024 row would leave a quarter of each tile's columns zero.
+# Against the gacc rows (H100, bf16, 2026-11-22 (8), TFLOP/s): D = 1024 S = 4096 130 -> 173,
+# causal 86 -> 170; D = 896 S = 2048 131 -> 130; D = 768 S = 2048 131 -> 146, causal (S = 4096)
+# 87 -> 147; D = 640 S = 2048 125 -> 112 (a sixth of the columns padding).
+SM90_WIDE_SPLIT_TILES = {768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200, 2026-11-22); 128 queries gained nothing.
@@ -185,6 +194,7 @@ class Row:
     min_queries_per_key: int = 0  # chosen only when a key sees this many queries on average
     min_ctas: int = 1  # forward register rows: CTAs per SM the compiler must leave registers for
     wide: bool = False  # forward with the output split over the warps along the head dim (fwd_wide_kernel.hpp)
+    head_split: int = 1  # wide rows: CTAs of a cluster that share the head dim (sm_90)
 
     @property
     def features(self):
@@ -198,18 +208,18 @@ class Row:
         atomics = "_fused" if self.fused else "_atomic" if self.atomics else ""
         bias_tile = "_btile" if self.bias_tile else ""
         paired = "_dpair" if self.dropout_paired else ""
-        wide = "_wide" if self.wide else ""
+        wide = ("_wide" + (f"x{self.head_split}" if self.head_split > 1 else "")) if self.wide else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
                 f"w{self.warps}{acc}{math}{wide}{atomics}{bias_tile}{paired}_{loads}_{self.features}")
 
     def sort_key(self):
-        # Newer family first; then the smallest bucket that fits; aligned loads before element
+        # Register rows first, the smallest bucket that fits, the newer family; aligned loads before element
         # loads; tensor cores before CUDA cores; the least feature code that covers the problem
         # (none, one feature, both); the one-pass backward first (the dispatcher passes over it
         # when `deterministic`; experimental for now); a bias tile before per-element bias reads
         # (the dispatcher passes over it when the bias cannot be tiled).
         feature_rank = {"plain": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
-        return (self.experimental, -self.family, self.accumulator != "registers", self.head_dim,
+        return (self.experimental, self.accumulator != "registers", self.head_dim, -self.family,
                 self.loads != "vector16", self.math != "mma", feature_rank, not self.fused, self.atomics, not self.bias_tile,
                 self.variant)
 
@@ -241,6 +251,9 @@ def all_rows():
         for head_dim, (bm, bn, warps) in SM80_WIDE_TILES.items():
             rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             wide=True))
+        for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_SPLIT_TILES.items():
+            rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
+                            wide=True, head_split=ctas))
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
             rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
@@ -311,7 +324,7 @@ def backward_rows():
 def row_kind(r):
     """What makes a row a different kernel (not just another size of one): what `reduced` keeps one of."""
     return (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.fused, r.bias_tile,
-            r.dropout_paired, r.wide, r.loads, r.features)
+            r.dropout_paired, r.wide, r.head_split, r.loads, r.features)
 
 
 def reduced(rows):
@@ -345,7 +358,9 @@ def template_args(r):
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
         return f"{dq}, {dkdv}, {features}"
     if r.wide:
-        traits = f"sm80::WideFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}>"
+        split = f", {r.head_split}" if r.head_split > 1 else ""
+        traits = (f"sm80::WideFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
+                  f"{r.block_n}, {r.warps}{split}>")
     elif r.dtype == "fp32":
         traits = f"sm80::Fp32FwdTraits<{FP32_BUCKETS[r.head_dim]}>"
     elif r.accumulator == "global":

@@ -49,8 +49,9 @@ bool row_case(const std::string& name, RowCase* c) {
   const bool bias = t.back() == "full" || t.back() == "bias";
   const bool dropout = t.back() == "full" || t.back() == "drop";
   // The any-D rows get a head dim beyond every register bucket (a multiple of 8 for the rows
-  // with 16-byte loads, an odd one for the element-load rows).
-  const int any_head_dim = element_loads ? 301 : 320;
+  // with 16-byte loads, an odd one for the element-load rows); the 768 and 1024 buckets' rows (the
+  // head dim split over a pair of CTAs) one that spans both halves.
+  const int any_head_dim = element_loads ? 301 : bucket == 768 || bucket == 1024 ? bucket - 24 : 320;
   tools::ProblemSpec& s = c->spec;
   s.dtype = dtype == "bf16" ? DType::bf16 : dtype == "fp16" ? DType::f16 : DType::f32;
   s.head_dim = s.head_dim_v = bucket > 256 ? any_head_dim : element_loads ? bucket - 3 : bucket;

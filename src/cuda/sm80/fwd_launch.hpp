@@ -84,9 +84,37 @@ Status forward_global_resources(KernelResources* r) {
   return resources(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
 }
 
+// Clusters of `cluster` CTAs (sm_90), one cluster per work item; past gridDim.x's limit the
+// clusters stride over the rest.
+template <class Kernel>
+Status launch_clusters(Kernel kernel, int threads, int smem, int cluster, const FwdParams& p, cudaStream_t stream) {
+  if (Status s = cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                             "cudaFuncSetAttribute");
+      !s.ok())
+    return s;
+  const std::int64_t clusters = std::min<std::int64_t>(p.num_blocks, 0x7fffffff / cluster);
+  if (clusters == 0) return Status::Ok();
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = unsigned(cluster);
+  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(clusters * cluster));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = std::size_t(smem);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cuda_status(cudaLaunchKernelEx(&config, kernel, p), "cluster launch");
+}
+
 template <class Traits, unsigned kFeatures>
 Status launch_forward_wide(const FwdParams& p, cudaStream_t stream) {
-  return launch(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
+  if constexpr (Traits::kHeadSplit > 1)
+    return launch_clusters(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes,
+                           Traits::kHeadSplit, p, stream);
+  else
+    return launch(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
 }
 
 template <class Traits, unsigned kFeatures>

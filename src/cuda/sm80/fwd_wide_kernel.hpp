@@ -1,4 +1,5 @@
-// The sm80 forward kernel for wide heads (D, Dv up to kHeadDim = 512) with the output in registers.
+// The sm80 forward kernel for wide heads (D, Dv up to kHeadDim = 512, or 1024 split over a pair
+// of CTAs on sm_90) with the output in registers.
 //
 // The global-accumulator rows serve any head dim, but their fp32 output crosses L2 once per key
 // tile and Q is read again for every key tile (about 29 FLOP per L2 byte at D = 512). Here the
@@ -23,18 +24,50 @@
 #include "cuda/sm80/fwd_wide_traits.hpp"
 #include "cuda/sm80/score_mods.hpp"
 #include "cuda/sm80/softmax.hpp"
+#include "cuda/sm90/cluster.hpp"
 #include "cuda/tile_scheduler.hpp"
 
 namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
+// kHeadSplit = 2: this CTA's S covers its half of the head dim and the cluster's other CTA holds
+// the rest. Each thread stores its fragment in its own slots (element-major, so that a warp's
+// 16-byte stores are contiguous), and after the cluster barrier adds the same slots of the other
+// CTA. Both CTAs then hold own + other, the same sum bit for bit (fp32 addition commutes), so
+// their softmax statistics agree. `reuse`: the slots hold the previous tile's scores; wait for
+// the other CTA's arrival after it read them.
+template <int kThreads, class Acc>
+__device__ __forceinline__ void add_pair_scores(Acc& acc, float* slots, int other, bool reuse) {
+  constexpr int kVectors = decltype(size(acc))::value / 4;
+  float4* mine = reinterpret_cast<float4*>(slots) + threadIdx.x;
+  if (reuse) sm90::cluster_wait();
+  CUTE_UNROLL
+  for (int i = 0; i < kVectors; ++i)
+    mine[i * kThreads] = make_float4(acc(4 * i), acc(4 * i + 1), acc(4 * i + 2), acc(4 * i + 3));
+  sm90::cluster_arrive();
+  sm90::cluster_wait();  // both CTAs' partial scores are in
+  CUTE_UNROLL
+  for (int i = 0; i < kVectors; ++i) {
+    const float4 v = sm90::load_from_rank(mine + i * kThreads, other);
+    acc(4 * i) += v.x, acc(4 * i + 1) += v.y, acc(4 * i + 2) += v.z, acc(4 * i + 3) += v.w;
+  }
+  sm90::cluster_arrive();  // done with the other CTA's slots
+}
+
 template <class Traits, unsigned kFeatures>
 __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char* smem) {
   static_assert(kFeatures == kPlain, "the wide rows take plain problems only");
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  constexpr bool kPair = Traits::kHeadSplit > 1;
   const int tid = threadIdx.x;
+  // This CTA's head-dim columns [col0, col0 + kHeadDim): all of them, or its half of the pair's.
+  int rank = 0;
+  if constexpr (kPair) rank = sm90::cluster_rank();
+  const int col0 = rank * kHeadDim;
+  const int qk_cols = kPair ? max(0, min(kHeadDim, p.head_dim - col0)) : p.head_dim;
+  const int v_cols = kPair ? max(0, min(kHeadDim, p.head_dim_v - col0)) : p.head_dim_v;
 
   const SequenceInfo seq = sequence_info(p, work.b);
   const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
@@ -43,8 +76,8 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   const detail::MaskRule rule = mask_rule(p, seq);
   std::int64_t key_begin = 0, key_end = 0;
   rule.key_range(m0, m0 + rows, &key_begin, &key_end);
-  if (key_begin >= key_end) {
-    write_empty_rows<Traits>(p, seq, work.h, m0, rows);
+  if (key_begin >= key_end) {  // both CTAs of a pair return here
+    if (rank == 0) write_empty_rows<Traits>(p, seq, work.h, m0, rows);
     return;
   }
   const int n_first = int(key_begin / kBlockN), n_last = int((key_end - 1) / kBlockN);
@@ -56,6 +89,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   float* max_part = reinterpret_cast<float*>(smem + Traits::kStatsOffset);  // [key half][row]
   float* rescale_row = max_part + Traits::kWarpsSKeys * kBlockM;            // [row]
   float* sum_part = rescale_row + kBlockM;                                  // [key half][row]
+  float* pair_slots = reinterpret_cast<float*>(smem + Traits::kExchangeOffset);  // kHeadSplit > 1
   Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
   Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
   Tensor sVt = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
@@ -66,8 +100,8 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
 
   typename Traits::LoadCopy load;
   const int hk = work.h / p.group;
-  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
-  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
+  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk) + col0;
+  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk) + col0;
   // Copies K or V tile n (rows past the keys and columns past `cols` zero-filled).
   const auto load_kv = [&](const Element* base, std::int64_t row_stride, Element* dst, int n, int cols) {
     auto thr = load.get_thread_slice(opaque(tid));
@@ -79,12 +113,12 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   };
   {
     auto thr = load.get_thread_slice(tid);
-    const Element* q_ptr = q_at<Element>(p, seq.batch, seq.q_begin + m0, work.h);
+    const Element* q_ptr = q_at<Element>(p, seq.batch, seq.q_begin + m0, work.h) + col0;
     Tensor gQ = cute::make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}));
     copy_predicated(load, thr.partition_S(gQ), thr.partition_D(sQ), thr.partition_S(make_identity_tensor(tile_q)), rows,
-                    p.head_dim);
+                    qk_cols);
   }
-  load_kv(k_ptr, p.k_row_stride, smem_k, n_last, p.head_dim);
+  load_kv(k_ptr, p.k_row_stride, smem_k, n_last, qk_cols);
   cp_async_fence();
 
   typename Traits::MmaS mma_s;
@@ -103,12 +137,13 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
     cp_async_wait<0>();
     __syncthreads();  // K(n) landed; everyone is done with V(n + 1), P and the row statistics
-    load_kv(v_ptr, p.v_row_stride, smem_v, n, p.head_dim_v);
+    load_kv(v_ptr, p.v_row_stride, smem_v, n, v_cols);
     cp_async_fence();
 
     Tensor acc_s = partition_fragment_C(mma_s, tile_s);
     clear(acc_s);
     gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtom>(mma_s, sQ, sK, acc_s, t);
+    if constexpr (kPair) add_pair_scores<Traits::kThreads>(acc_s, pair_slots, rank ^ 1, n != n_last);
     const Tensor coord_s = mma_s.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kBlockN);
@@ -157,7 +192,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     cp_async_wait<0>();
     __syncthreads();  // V(n), P and the rescale factors are in; everyone is done with K(n)
     if (n > n_first) {
-      load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, p.head_dim);
+      load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, qk_cols);
       cp_async_fence();
     }
 
@@ -172,6 +207,8 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtomTransposed>(mma_o, sP, sVt, acc_o,
                                                                                                 t);
   }
+
+  if constexpr (kPair) sm90::cluster_wait();  // the other CTA is done with this CTA's slots
 
   // Epilogue: each row's sum from both key halves, LSE, O normalised and written through shared
   // memory (Q's space).
@@ -196,7 +233,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     const bool empty = row_max[r] == -INFINITY || !(sum > 0.0f);
     lse[r] = empty ? -INFINITY : (row_max[r] + __log2f(sum)) * 0.6931471805599453f;
   }
-  if (warp_key_half == 0) write_lse(p, seq, work.h, m0, rows, lse, c_rc);
+  if (warp_key_half == 0 && rank == 0) write_lse(p, seq, work.h, m0, rows, lse, c_rc);
   const Tensor coord_o = mma_o.get_thread_slice(tid).partition_C(make_identity_tensor(tile_q));
   const Tensor co_rc = rowcol(coord_o);
   constexpr int kRowsO = decltype(size<0>(acc_o_rc))::value;
@@ -207,16 +244,19 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     norm[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
   }
   OnlineSoftmax<kRowsO>::scale_rows(acc_o_rc, norm);
-  Element* o_ptr = o_at<Element>(p, seq.batch, seq.q_begin + m0, work.h);
+  Element* o_ptr = o_at<Element>(p, seq.batch, seq.q_begin + m0, work.h) + col0;
   store_tile<Traits, typename Traits::SmemLayoutQ>(
       mma_o, convert_fragment<Element>(acc_o), smem_q,
-      cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{})), rows, p.head_dim_v);
+      cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{})), rows, v_cols);
 }
 
+// With kHeadSplit > 1 the grid is made of clusters of kHeadSplit CTAs, which take the work items
+// together.
 template <class Traits, unsigned kFeatures>
 __global__ void __launch_bounds__(Traits::kThreads) forward_wide_kernel(const __grid_constant__ FwdParams p) {
   extern __shared__ __align__(128) char smem[];
-  for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
+  constexpr int kSplit = Traits::kHeadSplit;
+  for (std::int64_t index = blockIdx.x / kSplit; index < p.num_blocks; index += gridDim.x / kSplit) {
     forward_tile_wide<Traits, kFeatures>(p, decode_work(p, index), smem);
     __syncthreads();  // shared memory is reused by the next work item
   }

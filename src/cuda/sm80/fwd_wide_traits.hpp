@@ -7,6 +7,12 @@
 // so that the fp32 output (kBlockM x kHeadDim) takes 128 registers per thread at 64 x 512 with 8
 // warps. P crosses from one grid to the other through shared memory, and so do the per-row
 // maxima (two warps share each score row) and the rescale factors.
+//
+// kHeadSplit = 2 (sm_90, a cluster of two CTAs): each CTA of the pair owns kHeadDim of the
+// 2 x kHeadDim head dims of the same query rows (D = 1024 as two halves of 512): its half of Q,
+// K and V, and its half of the output columns. The two partial S tiles are added through
+// distributed shared memory (kExchangeOffset), so that the head dim costs no extra FLOPs and each
+// CTA's K/V traffic per FLOP is the D = 512 row's.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -20,10 +26,11 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_>
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1>
 struct WideFwdTraits {
   using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_;  // D and Dv both padded to it (zero-filled)
+  static constexpr int kHeadDim = kHeadDim_;  // per CTA: D and Dv both padded to kHeadDim * kHeadSplit
+  static constexpr int kHeadSplit = kHeadSplit_;  // CTAs of a cluster that share the head dim
   static constexpr int kBlockM = kBlockM_;    // queries per CTA
   static constexpr int kBlockN = kBlockN_;    // keys per tile
   static constexpr int kWarps = kWarps_;
@@ -62,7 +69,10 @@ struct WideFwdTraits {
   static constexpr int kSmemElemsP = int(cosize_v<SmemLayoutP>);
   static constexpr int kStatsOffset = (kSmemElemsQ + 2 * kSmemElemsKV + kSmemElemsP) * int(sizeof(Element));
   static constexpr int kStatFloats = (2 * kWarpsSKeys + 1) * kBlockM;
-  static constexpr int kSmemBytes = kStatsOffset + kStatFloats * int(sizeof(float));
+  // kHeadSplit > 1: one fp32 score tile for the partial sums the pair exchanges.
+  static_assert(kHeadSplit == 1 || kHeadSplit == 2);
+  static constexpr int kExchangeOffset = (kStatsOffset + kStatFloats * int(sizeof(float)) + 15) / 16 * 16;
+  static constexpr int kSmemBytes = kExchangeOffset + (kHeadSplit > 1 ? kBlockM * kBlockN * int(sizeof(float)) : 0);
 };
 
 }  // namespace memattn::cuda::sm80
