@@ -31,30 +31,6 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// kHeadSplit = 2: this CTA's S covers its half of the head dim and the cluster's other CTA holds
-// the rest. Each thread stores its fragment in its own slots (element-major, so that a warp's
-// 16-byte stores are contiguous), and after the cluster barrier adds the same slots of the other
-// CTA. Both CTAs then hold own + other, the same sum bit for bit (fp32 addition commutes), so
-// their softmax statistics agree. `reuse`: the slots hold the previous tile's scores; wait for
-// the other CTA's arrival after it read them.
-template <int kThreads, class Acc>
-__device__ __forceinline__ void add_pair_scores(Acc& acc, float* slots, int other, bool reuse) {
-  constexpr int kVectors = decltype(size(acc))::value / 4;
-  float4* mine = reinterpret_cast<float4*>(slots) + threadIdx.x;
-  if (reuse) sm90::cluster_wait();
-  CUTE_UNROLL
-  for (int i = 0; i < kVectors; ++i)
-    mine[i * kThreads] = make_float4(acc(4 * i), acc(4 * i + 1), acc(4 * i + 2), acc(4 * i + 3));
-  sm90::cluster_arrive();
-  sm90::cluster_wait();  // both CTAs' partial scores are in
-  CUTE_UNROLL
-  for (int i = 0; i < kVectors; ++i) {
-    const float4 v = sm90::load_from_rank(mine + i * kThreads, other);
-    acc(4 * i) += v.x, acc(4 * i + 1) += v.y, acc(4 * i + 2) += v.z, acc(4 * i + 3) += v.w;
-  }
-  sm90::cluster_arrive();  // done with the other CTA's slots
-}
-
 template <class Traits, unsigned kFeatures>
 __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char* smem) {
   static_assert(kFeatures == kPlain, "the wide rows take plain problems only");
@@ -143,7 +119,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     Tensor acc_s = partition_fragment_C(mma_s, tile_s);
     clear(acc_s);
     gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtom>(mma_s, sQ, sK, acc_s, t);
-    if constexpr (kPair) add_pair_scores<Traits::kThreads>(acc_s, pair_slots, rank ^ 1, n != n_last);
+    if constexpr (kPair) sm90::add_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, n != n_last, acc_s);
     const Tensor coord_s = mma_s.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kBlockN);

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cute/tensor.hpp>
+
 #include <cstdint>
 
 namespace memattn::cuda::sm90 {
@@ -32,6 +34,37 @@ __device__ __forceinline__ float4 load_from_rank(const float4* local, int rank) 
                : "r"(remote)
                : "memory");
   return v;
+}
+
+// Partial sums split over a pair of CTAs (each holds its half of the head dim's contribution to
+// the same fp32 accumulators): each thread stores its accumulators in its own slots
+// (element-major, so that a warp's 16-byte stores are contiguous), and after the cluster barrier
+// adds the same slots of CTA `other`. Both CTAs then hold own + other, the same sum bit for bit
+// (fp32 addition commutes). `reuse`: the slots hold the previous call's values; wait for the other
+// CTA's arrival after it read them. The caller ends with one cluster_wait() after its last call.
+template <int kThreads, class... Acc>
+__device__ __forceinline__ void add_pair_partials(float* slots, int other, bool reuse, Acc&... acc) {
+  float4* mine = reinterpret_cast<float4*>(slots) + threadIdx.x;
+  if (reuse) cluster_wait();
+  int slot = 0;
+  const auto store = [&](auto& a) {
+    CUTE_UNROLL
+    for (int i = 0; i < int(cute::size(a)); i += 4, ++slot)
+      mine[slot * kThreads] = make_float4(a(i), a(i + 1), a(i + 2), a(i + 3));
+  };
+  (store(acc), ...);
+  cluster_arrive();
+  cluster_wait();  // both CTAs' partial sums are in
+  slot = 0;
+  const auto add = [&](auto& a) {
+    CUTE_UNROLL
+    for (int i = 0; i < int(cute::size(a)); i += 4, ++slot) {
+      const float4 v = load_from_rank(mine + slot * kThreads, other);
+      a(i) += v.x, a(i + 1) += v.y, a(i + 2) += v.z, a(i + 3) += v.w;
+    }
+  };
+  (add(acc), ...);
+  cluster_arrive();  // done with the other CTA's slots
 }
 
 }  // namespace memattn::cuda::sm90
