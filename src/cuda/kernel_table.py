@@ -155,6 +155,11 @@ SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (64, 128, 256, 512)
 # 128, S = 1024 146-148 vs 135-145, S = 2048 causal 151-155 vs 144: crossover 1024. D = 128 after
 # the scale moved into the exp2 FFMA: S = 1024 176 vs 180, S = 2048 causal 162 vs 180: still 2048.
 SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048, 256: 0, 512: 0}
+# One-pass rows with the head dim split over a cluster of CTAs (sm_90 family): bucket -> (queries,
+# keys, warps, CTAs). Each CTA of a pair runs the D = 512 row on its half of D = 1024 (its half
+# of K, V, Q, dO and of dK, dV, dQ); S and dP are summed over the pair through distributed shared
+# memory (2 x 4 KB per step). Experimental: written without a GPU run (2026-11-22 (8)).
+SM90_BACKWARD_FUSED_SPLIT_TILES = {1024: (32, 32, 8, 2)}
 # One-pass rows with a bias tile (the step's bias by cp.async with Q and dO; dS back through the
 # same tile for 16-byte dbias stores): SM80_BACKWARD_FUSED_BIAS_TILES. At D = 256 the tile does
 # not fit next to the rest.
@@ -194,7 +199,7 @@ class Row:
     min_queries_per_key: int = 0  # chosen only when a key sees this many queries on average
     min_ctas: int = 1  # forward register rows: CTAs per SM the compiler must leave registers for
     wide: bool = False  # forward with the output split over the warps along the head dim (fwd_wide_kernel.hpp)
-    head_split: int = 1  # wide rows: CTAs of a cluster that share the head dim (sm_90)
+    head_split: int = 1  # wide and one-pass rows: CTAs of a cluster that share the head dim (sm_90)
 
     @property
     def features(self):
@@ -205,10 +210,11 @@ class Row:
         loads = "vec" if self.loads == "vector16" else "elem"
         acc = "" if self.accumulator == "registers" else "_gacc"
         math = "_ffma" if self.math == "ffma" else ""
-        atomics = "_fused" if self.fused else "_atomic" if self.atomics else ""
+        split = f"x{self.head_split}" if self.head_split > 1 else ""
+        atomics = f"_fused{split}" if self.fused else "_atomic" if self.atomics else ""
         bias_tile = "_btile" if self.bias_tile else ""
         paired = "_dpair" if self.dropout_paired else ""
-        wide = ("_wide" + (f"x{self.head_split}" if self.head_split > 1 else "")) if self.wide else ""
+        wide = f"_wide{split}" if self.wide else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
                 f"w{self.warps}{acc}{math}{wide}{atomics}{bias_tile}{paired}_{loads}_{self.features}")
 
@@ -311,6 +317,10 @@ def backward_rows():
                 rows.append(Row(80, "bwd", dtype, head_dim, *tile, "registers", "vector16", False, False,
                                 variant, atomics=True, fused=True, experimental=not fallback,
                                 min_queries_per_key=SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim] if fallback else 0))
+    for dtype in ("bf16", "fp16"):
+        for head_dim, (bm, bn, warps, ctas) in SM90_BACKWARD_FUSED_SPLIT_TILES.items():
+            rows.append(Row(90, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
+                            atomics=True, fused=True, head_split=ctas, experimental=True))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):
@@ -347,8 +357,9 @@ def template_args(r):
         element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
     if r.pass_ == "bwd" and r.fused:
-        return (f"sm80::FusedBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}>, "
-                f"{features}")
+        split = f", {r.head_split}" if r.head_split > 1 else ""
+        return (f"sm80::FusedBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
+                f"{r.block_n}, {r.warps}{split}>, {features}")
     if r.pass_ == "bwd" and r.accumulator == "global":
         return (f"sm80::GlobalBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.warps}, {SM80_BACKWARD_GACC_TILE[3]}, "
                 f"{loads}>, {features}")

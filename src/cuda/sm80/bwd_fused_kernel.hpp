@@ -1,4 +1,5 @@
-// The sm80 backward in one pass over the scores (register accumulators, head dims 64 to 512).
+// The sm80 backward in one pass over the scores (register accumulators, head dims 64 to 512, and
+// 1024 split over a pair of CTAs on sm_90).
 //
 // One CTA owns kBlockN keys of one (sequence, kv head) and walks, for every query head of the kv
 // head's group, the query tiles that can see them. Per tile: S = Q K^T and dP = dO V^T, P and
@@ -31,6 +32,7 @@
 #include "cuda/sm80/epilogue.hpp"
 #include "cuda/sm80/fragments.hpp"
 #include "cuda/sm80/fwd_common.hpp"
+#include "cuda/sm90/cluster.hpp"
 #include "cuda/tile_scheduler.hpp"
 
 namespace memattn::cuda::sm80 {
@@ -41,7 +43,8 @@ using namespace cute;
 // then the tile's dQ in fp32 on its way to the workspace (rows of kDqLd floats: the padding puts
 // the eight rows of an m16n8 atom's stores on different banks).
 // With kBiasTile rows, then the bias of the step's (query tile, key tile) (BiasTileShape),
-// which gradient_tile overwrites with dS when dbias leaves from it (p.dbias_tile).
+// which gradient_tile overwrites with dS when dbias leaves from it (p.dbias_tile). With
+// kHeadSplit > 1, then the slots of the S and dP partial sums the CTA pair exchanges.
 template <class Traits, unsigned kFeatures>
 struct FusedBwdSmem {
   static constexpr int kK = 0;
@@ -55,7 +58,9 @@ struct FusedBwdSmem {
   static constexpr int kDqOffset = kStatsOffset + 2 * Traits::kBlockM * int(sizeof(float));
   using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kBiasOffset = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
-  static constexpr int kBytes = kBiasOffset + (tiles_bias(kFeatures) ? BiasTile::kBytes : 0);
+  static constexpr int kPairOffset = (kBiasOffset + (tiles_bias(kFeatures) ? BiasTile::kBytes : 0) + 15) / 16 * 16;
+  static constexpr int kBytes =
+      kPairOffset + (Traits::kHeadSplit > 1 ? 2 * Traits::kBlockM * Traits::kBlockN * int(sizeof(float)) : 0);
   // sdp_split_head_dim's partial sums use the dQ stage.
   static_assert(Traits::kSdpSlices == 1 ||
                 2 * Traits::kSdpSlices * (Traits::kBlockN + 8) <= kDqLd, "the S/dP partials fit the dQ stage");
@@ -183,6 +188,13 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   using Smem = FusedBwdSmem<Traits, kFeatures>;
   constexpr int kQueries = Traits::kBlockM, kKeys = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   static_assert(kQueries <= Traits::kThreads, "one thread per query row stages the row statistics");
+  constexpr bool kPair = Traits::kHeadSplit > 1;
+  // This CTA's head-dim columns [col0, col0 + kHeadDim): all of them, or its half of the pair's.
+  int rank = 0;
+  if constexpr (kPair) rank = sm90::cluster_rank();
+  const int col0 = rank * kHeadDim;
+  const int qk_cols = kPair ? max(0, min(kHeadDim, p.head_dim - col0)) : p.head_dim;
+  const int v_cols = kPair ? max(0, min(kHeadDim, p.head_dim_v - col0)) : p.head_dim_v;
   const SequenceInfo seq = sequence_info(p, work.b);
   const std::int64_t n0 = std::int64_t(work.n_block) * kKeys;
   if (n0 >= seq.k_len) return;
@@ -213,6 +225,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   float* delta = lse2 + kQueries;
   float* dq_stage = reinterpret_cast<float*>(smem + Smem::kDqOffset);
   char* smem_bias = smem + Smem::kBiasOffset;
+  float* pair_slots = reinterpret_cast<float*>(smem + Smem::kPairOffset);  // kHeadSplit > 1
   const bool tile_bias = tiles_bias(kFeatures) && p.bias != nullptr;
   const bool stage_dbias = tile_bias && p.dbias_tile;
 
@@ -231,16 +244,19 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     copy_predicated(load, thr.partition_S(gmem), thr.partition_D(smem_tile),
                     thr.partition_S(make_identity_tensor(shape(gmem))), rows, cols);
   };
-  load_tile(global_tile(k_at<Element>(p, seq.batch, k_row, work.hk), tile_kv, p.k_row_stride), sK, keys, p.head_dim);
-  load_tile(global_tile(v_at<Element>(p, seq.batch, k_row, work.hk), tile_kv, p.v_row_stride), sV, keys, p.head_dim_v);
+  load_tile(global_tile(k_at<Element>(p, seq.batch, k_row, work.hk) + col0, tile_kv, p.k_row_stride), sK, keys,
+            qk_cols);
+  load_tile(global_tile(v_at<Element>(p, seq.batch, k_row, work.hk) + col0, tile_kv, p.v_row_stride), sV, keys,
+            v_cols);
   cp_async_fence();
   // Issues the cp.async copies of a step's Q and dO and fetches its row statistics.
   const auto load_step = [&](int step) {
     const int h = step_head(step);
     const std::int64_t m0 = step_m0(step), q_row = seq.q_begin + m0;
     const int rows = step_rows(m0);
-    load_tile(global_tile(q_at<Element>(p, seq.batch, q_row, h), tile_q, p.q_row_stride), sQ, rows, p.head_dim);
-    load_tile(global_tile(do_at<Element>(p, seq.batch, q_row, h), tile_q, p.do_row_stride), sdO, rows, p.head_dim_v);
+    load_tile(global_tile(q_at<Element>(p, seq.batch, q_row, h) + col0, tile_q, p.q_row_stride), sQ, rows, qk_cols);
+    load_tile(global_tile(do_at<Element>(p, seq.batch, q_row, h) + col0, tile_q, p.do_row_stride), sdO, rows,
+              v_cols);
     if (tile_bias)
       load_bias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
     cp_async_fence();
@@ -280,6 +296,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t);
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t);
     }
+    if constexpr (kPair) sm90::add_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, step > 0, acc_s, acc_dp);
     const Tensor coord_s = mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
@@ -305,7 +322,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
 
     const auto tile_dq = make_shape(Int<kQueries>{}, Int<Traits::kDqCols>{});
     const Tensor coord_dq = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(tile_dq));
-    float* dq = accum_row(p.dq_accum, seq.batch, seq.q_begin + m0, h);
+    float* dq = accum_row(p.dq_accum, seq.batch, seq.q_begin + m0, h) + col0;
     CUTE_UNROLL
     for (int chunk = 0; chunk < kHeadDim / Traits::kDqCols; ++chunk) {
       Tensor acc_dq = partition_fragment_C(mma_dq, tile_dq);
@@ -316,25 +333,28 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
       stage_fragment(acc_dq, coord_dq, dq_stage, Smem::kDqLd, chunk * Traits::kDqCols);
     }
     __syncthreads();  // dQ is staged
-    flush_staged<kHeadDim, Traits::kThreads>(dq_stage, Smem::kDqLd, dq, dq_row_ld, rows, p.head_dim);
+    flush_staged<kHeadDim, Traits::kThreads>(dq_stage, Smem::kDqLd, dq, dq_row_ld, rows, qk_cols);
     if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
   }
   cp_async_wait<0>();  // K and V, when no step ran
+  if constexpr (kPair)
+    if (steps > 0) sm90::cluster_wait();  // the other CTA is done with this CTA's slots
 
   CUTE_UNROLL
   for (int e = 0; e < size(acc_dk); ++e) acc_dk(e) *= p.scale;
   store_tile<Traits, typename Traits::SmemLayoutKV>(
       mma_dkv, convert_fragment<Element>(acc_dk), base + Smem::kK,
-      global_tile(dk_at<Element>(p, seq.batch, k_row, work.hk), tile_kv, p.dk_row_stride), keys, p.head_dim);
+      global_tile(dk_at<Element>(p, seq.batch, k_row, work.hk) + col0, tile_kv, p.dk_row_stride), keys, qk_cols);
   store_tile<Traits, typename Traits::SmemLayoutKV>(
       mma_dkv, convert_fragment<Element>(acc_dv), base + Smem::kV,
-      global_tile(dv_at<Element>(p, seq.batch, k_row, work.hk), tile_kv, p.dv_row_stride), keys, p.head_dim_v);
+      global_tile(dv_at<Element>(p, seq.batch, k_row, work.hk) + col0, tile_kv, p.dv_row_stride), keys, v_cols);
 }
 
 template <class Traits, unsigned kFeatures>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) fused_bwd_kernel(const __grid_constant__ BwdParams p) {
   extern __shared__ __align__(128) char smem[];
-  for (std::int64_t index = blockIdx.x; index < p.num_kv_blocks; index += gridDim.x) {
+  constexpr int kSplit = Traits::kHeadSplit;  // > 1: clusters of kSplit CTAs take the work items together
+  for (std::int64_t index = blockIdx.x / kSplit; index < p.num_kv_blocks; index += gridDim.x / kSplit) {
     fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, index), smem);
     __syncthreads();
   }

@@ -18,10 +18,16 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_>
+// kHeadSplit = 2 (sm_90, a cluster of two CTAs): each CTA of the pair owns kHeadDim of the
+// 2 x kHeadDim head dims of the same keys (D = 1024 as two halves of 512): its half of K, V, Q,
+// dO and of dK, dV, dQ. S and dP are summed over the pair through distributed shared memory
+// (sm90::add_pair_partials), so each CTA's traffic per FLOP is the D = 512 row's.
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1>
 struct FusedBwdTraits {
   using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_;  // D and Dv both padded to it (zero-filled)
+  static constexpr int kHeadDim = kHeadDim_;  // per CTA: D and Dv both padded to kHeadDim * kHeadSplit
+  static constexpr int kHeadSplit = kHeadSplit_;  // CTAs of a cluster that share the head dim
+  static_assert(kHeadSplit == 1 || kHeadSplit == 2);
   static constexpr int kBlockM = kBlockM_;    // queries per step
   static constexpr int kBlockN = kBlockN_;    // keys per CTA
   static constexpr int kWarps = kWarps_;

@@ -86,13 +86,14 @@ Status forward_global_resources(KernelResources* r) {
 
 // Clusters of `cluster` CTAs (sm_90), one cluster per work item; past gridDim.x's limit the
 // clusters stride over the rest.
-template <class Kernel>
-Status launch_clusters(Kernel kernel, int threads, int smem, int cluster, const FwdParams& p, cudaStream_t stream) {
+template <class Kernel, class Params>
+Status launch_clusters(Kernel kernel, int threads, int smem, int cluster, std::int64_t work_items, const Params& p,
+                       cudaStream_t stream) {
   if (Status s = cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                              "cudaFuncSetAttribute");
       !s.ok())
     return s;
-  const std::int64_t clusters = std::min<std::int64_t>(p.num_blocks, 0x7fffffff / cluster);
+  const std::int64_t clusters = std::min<std::int64_t>(work_items, 0x7fffffff / cluster);
   if (clusters == 0) return Status::Ok();
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeClusterDimension;
@@ -112,7 +113,7 @@ template <class Traits, unsigned kFeatures>
 Status launch_forward_wide(const FwdParams& p, cudaStream_t stream) {
   if constexpr (Traits::kHeadSplit > 1)
     return launch_clusters(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes,
-                           Traits::kHeadSplit, p, stream);
+                           Traits::kHeadSplit, p.num_blocks, p, stream);
   else
     return launch(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
 }
