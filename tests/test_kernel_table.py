@@ -49,14 +49,17 @@ class KernelTable(unittest.TestCase):
                     self.assertTrue(r.fused)
                 if r.bias_tile:
                     self.assertTrue(r.bias and r.loads == "vector16")
+                if r.head_split > 1:  # clusters (sm_90); the kernels split the wide and one-pass layouts
+                    self.assertTrue(r.family == 90 and (r.wide or r.fused) and r.head_dim % r.head_split == 0)
 
     def test_fallback_tiles_are_extra_tiles(self):
         for head_dim, tile in kt.SM80_BACKWARD_FUSED_FALLBACK_TILES.items():
             self.assertIn(tile, kt.SM80_BACKWARD_FUSED_EXTRA_TILES[head_dim])
 
     def test_priorities_put_smaller_buckets_first(self):
-        # Within a pass, dtype and family, a verified row of a smaller bucket sorts first, so that a
-        # problem takes the tightest bucket that fits.
+        # Within a pass and dtype, across families, a verified register row of a smaller bucket
+        # sorts first, so that a problem takes the tightest bucket that fits (a family-90 row of a
+        # larger bucket must not take what a family-80 row of a smaller one serves).
         for pass_ in ("fwd", "bwd"):
             for dtype in ("bf16", "fp16"):
                 rows = sorted((r for r in self.rows if r.pass_ == pass_ and r.dtype == dtype and not r.experimental),
