@@ -38,12 +38,8 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   constexpr bool kPair = Traits::kHeadSplit > 1;
   const int tid = threadIdx.x;
-  // This CTA's head-dim columns [col0, col0 + kHeadDim): all of them, or its half of the pair's.
-  int rank = 0;
-  if constexpr (kPair) rank = sm90::cluster_rank();
-  const int col0 = rank * kHeadDim;
-  const int qk_cols = kPair ? max(0, min(kHeadDim, p.head_dim - col0)) : p.head_dim;
-  const int v_cols = kPair ? max(0, min(kHeadDim, p.head_dim_v - col0)) : p.head_dim_v;
+  const sm90::HeadDimShare share = sm90::head_dim_share<kHeadDim, Traits::kHeadSplit>(p);
+  const int rank = share.rank, col0 = share.col0, qk_cols = share.qk_cols, v_cols = share.v_cols;
 
   const SequenceInfo seq = sequence_info(p, work.b);
   const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;

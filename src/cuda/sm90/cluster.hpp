@@ -36,6 +36,22 @@ __device__ __forceinline__ float4 load_from_rank(const float4* local, int rank) 
   return v;
 }
 
+// The head-dim columns a CTA owns: [col0, col0 + qk_cols) of D and [col0, col0 + v_cols) of Dv.
+// kSplit = 1 (no cluster): all of them; kSplit = 2: its rank's kColumns of the pair's.
+struct HeadDimShare {
+  int rank, col0, qk_cols, v_cols;
+};
+
+template <int kColumns, int kSplit, class Params>
+__device__ __forceinline__ HeadDimShare head_dim_share(const Params& p) {
+  if constexpr (kSplit == 1) {
+    return {0, 0, p.head_dim, p.head_dim_v};
+  } else {
+    const int rank = cluster_rank(), col0 = rank * kColumns;
+    return {rank, col0, max(0, min(kColumns, p.head_dim - col0)), max(0, min(kColumns, p.head_dim_v - col0))};
+  }
+}
+
 // Partial sums split over a pair of CTAs (each holds its half of the head dim's contribution to
 // the same fp32 accumulators): each thread stores its accumulators in its own slots
 // (element-major, so that a warp's 16-byte stores are contiguous), and after the cluster barrier
