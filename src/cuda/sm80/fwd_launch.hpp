@@ -22,15 +22,18 @@ inline Status cuda_status(cudaError_t e, const char* what) {
   return {StatusCode::device_error, std::string(what) + ": " + cudaGetErrorString(e)};
 }
 
+template <class Kernel>
+Status allow_dynamic_smem(Kernel kernel, int smem) {
+  return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                     "cudaFuncSetAttribute");
+}
+
 // One CTA per work item, up to `cap` CTAs (0: no cap); past gridDim.x's limit the CTAs stride
 // over the rest.
 template <class Kernel, class Params>
 Status launch_grid(Kernel kernel, int threads, int smem, std::int64_t work_items, std::int64_t cap, const Params& p,
                    cudaStream_t stream) {
-  if (Status s = cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                             "cudaFuncSetAttribute");
-      !s.ok())
-    return s;
+  if (Status s = allow_dynamic_smem(kernel, smem); !s.ok()) return s;
   std::int64_t grid = cap > 0 ? std::min<std::int64_t>(cap, work_items) : work_items;
   grid = std::min<std::int64_t>(grid, 0x7fffffff);
   if (grid == 0) return Status::Ok();
@@ -89,10 +92,7 @@ Status forward_global_resources(KernelResources* r) {
 template <class Kernel, class Params>
 Status launch_clusters(Kernel kernel, int threads, int smem, int cluster, std::int64_t work_items, const Params& p,
                        cudaStream_t stream) {
-  if (Status s = cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                             "cudaFuncSetAttribute");
-      !s.ok())
-    return s;
+  if (Status s = allow_dynamic_smem(kernel, smem); !s.ok()) return s;
   const std::int64_t clusters = std::min<std::int64_t>(work_items, 0x7fffffff / cluster);
   if (clusters == 0) return Status::Ok();
   cudaLaunchAttribute attribute{};
