@@ -13,6 +13,6 @@ shift 2
 label=$([[ $pass == fwd ]] && echo forward || echo backward)
 for row in "" $rows; do
   printf "%-52s " "${row:-default}"
-  MEMATTN_KERNEL=$row "$bin" run --backend cuda --pass "$pass" --iters "${ITERS:-20}" "$@" 2>&1 |
+  MEMATTN_KERNEL=$row timeout -k 10 "${RUN_TIMEOUT:-120}" "$bin" run --backend cuda --pass "$pass" --iters "${ITERS:-20}" "$@" 2>&1 |
     grep -E "^$label:|error" | sed 's/  */ /g'
 done

@@ -27,12 +27,19 @@ echo "build base: exit $base_rc, patched: exit $patch_rc"
 [[ $base_rc -eq 0 && $patch_rc -eq 0 ]] || { tail -n 30 "$out"/build-*.log; exit 1; }
 
 pb=$patched/build-patch
+# A kernel that hangs (a barrier phase off) must not eat the whole device call: each test binary
+# gets TEST_TIMEOUT seconds, and a timeout skips the timings.
+limit=${TEST_TIMEOUT:-240}
+hung=0
 {
-  "$pb/tests/test_cuda_rows"
-  for t in ${GPU_TESTS:-}; do "$pb/tests/${t%%:*}" --gtest_filter="${t#*:}"; done
+  timeout -k 10 "$limit" "$pb/tests/test_cuda_rows" || [[ $? -ne 124 ]] || hung=1
+  for t in ${GPU_TESTS:-}; do
+    timeout -k 10 "$limit" "$pb/tests/${t%%:*}" --gtest_filter="${t#*:}" || [[ $? -ne 124 ]] || hung=1
+  done
 } >"$out/tests.log" 2>&1
 echo "patched checks: $(grep -cE '^\[  PASSED|^\[  FAILED  \] [0-9]' "$out/tests.log") summaries"
 grep -E '^\[  (PASSED|FAILED)|tests? ran' "$out/tests.log"
+if ((hung)); then echo "a test binary ran past ${limit} s: timings skipped"; tail -n 20 "$out/tests.log"; exit 1; fi
 
 if [[ -n ${AB_FILE:-} ]]; then
   while read -r line; do
