@@ -52,6 +52,79 @@ __device__ __forceinline__ HeadDimShare head_dim_share(const Params& p) {
   }
 }
 
+__device__ __forceinline__ std::uint32_t shared_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// `local` (an address in this CTA's shared memory) as the shared::cluster address of CTA `rank`.
+__device__ __forceinline__ std::uint32_t map_to_rank(const void* local, int rank) {
+  std::uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
+  return remote;
+}
+
+__device__ __forceinline__ void store_to_rank(float4* local, int rank, float4 v) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(map_to_rank(local, rank)), "f"(v.x), "f"(v.y),
+               "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
+// mbarriers that the other CTA of a pair arrives on (release at cluster scope, so that its
+// earlier shared-memory stores into this CTA, or reads of it, are ordered before the arrival).
+__device__ __forceinline__ void mbarrier_init(std::uint64_t* bar, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void arrive_on_rank(std::uint64_t* bar, int rank) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(map_to_rank(bar, rank)) : "memory");
+}
+__device__ __forceinline__ void wait_parity(std::uint64_t* bar, int parity) {
+  asm volatile(
+      "{\n\t.reg .pred done;\n\t"
+      "WAIT:\n\t"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
+      "@!done bra WAIT;\n\t}" ::"r"(shared_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// Partial sums pushed between a pair of CTAs: each thread stores its accumulators into the other
+// CTA's slots (element-major) and arrives on its `full` barrier; it then waits for its own `full`
+// (the other CTA's partial sums are in this CTA's slots), adds them, and arrives on the other
+// CTA's `empty` barrier (its slots in this CTA may be written again). Before a push (`count` > 0)
+// it waits for its own `empty`: the other CTA has read the previous push. One wait-free round trip
+// per call instead of two cluster barriers; `count` numbers the calls (the barriers' phases).
+struct PairSlots {
+  float* slots;
+  std::uint64_t* full;
+  std::uint64_t* empty;
+};
+
+template <int kThreads, class... Acc>
+__device__ __forceinline__ void push_pair_partials(const PairSlots& s, int other, int count, Acc&... acc) {
+  float4* mine = reinterpret_cast<float4*>(s.slots) + threadIdx.x;
+  if (count > 0) wait_parity(s.empty, (count - 1) & 1);
+  int slot = 0;
+  const auto push = [&](auto& a) {
+    CUTE_UNROLL
+    for (int i = 0; i < int(cute::size(a)); i += 4, ++slot)
+      store_to_rank(mine + slot * kThreads, other, make_float4(a(i), a(i + 1), a(i + 2), a(i + 3)));
+  };
+  (push(acc), ...);
+  arrive_on_rank(s.full, other);
+  wait_parity(s.full, count & 1);
+  slot = 0;
+  const auto add = [&](auto& a) {
+    CUTE_UNROLL
+    for (int i = 0; i < int(cute::size(a)); i += 4, ++slot) {
+      const float4 v = mine[slot * kThreads];
+      a(i) += v.x, a(i + 1) += v.y, a(i + 2) += v.z, a(i + 3) += v.w;
+    }
+  };
+  (add(acc), ...);
+  arrive_on_rank(s.empty, other);
+}
+
 // Partial sums split over a pair of CTAs (each holds its half of the head dim's contribution to
 // the same fp32 accumulators): each thread stores its accumulators in its own slots
 // (element-major, so that a warp's 16-byte stores are contiguous), and after the cluster barrier
