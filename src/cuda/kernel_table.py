@@ -79,9 +79,9 @@ SM80_WIDE_TILES = {512: (64, 64, 8)}
 # (its half of Q, K, V and of the output); the partial scores meet through distributed shared
 # memory (16 KB per 64 x 64 tile), so each CTA's K/V traffic per FLOP is the D = 512 row's.
 # D = 768 as two halves of 384: the 1024 row would leave a quarter of each tile's columns zero.
-# Against the gacc rows (H100, bf16, 2026-11-22 (8), TFLOP/s): D = 1024 S = 4096 130 -> 173,
-# causal 86 -> 170; D = 896 S = 2048 131 -> 130; D = 768 S = 2048 131 -> 146, causal (S = 4096)
-# 87 -> 147; D = 640 S = 2048 125 -> 112 (a sixth of the columns padding).
+# Against the gacc rows (H100, bf16, TFLOP/s; 2026-11-22 (9), with the st.async exchange):
+# D = 1024 S = 4096 130 -> 218, causal 86 -> 216; D = 768 S = 2048 131 -> 188; D = 640 S = 2048
+# 125 -> 148 (a sixth of the columns padding).
 SM90_WIDE_SPLIT_TILES = {768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
@@ -158,8 +158,9 @@ SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048, 256: 0, 512: 0}
 # One-pass rows with the head dim split over a cluster of CTAs (sm_90 family): bucket -> (queries,
 # keys, warps, CTAs). Each CTA of a pair runs the D = 512 row on its half of D = 1024 (its half
 # of K, V, Q, dO and of dK, dV, dQ); S and dP are summed over the pair through distributed shared
-# memory (2 x 4 KB per step). The default at D = 513..1024 (H100, bf16, TFLOP/s, pair vs gacc):
-# D = 1024 S = 4096 98 vs 51, causal 101 vs 36; D = 896 S = 2048 83 vs 50 (2026-11-22 (9)).
+# memory (2 x 4 KB per step, by st.async). The default at D = 513..1024 (H100, bf16, TFLOP/s,
+# pair vs gacc): D = 1024 S = 4096 132 vs 51, causal 125 vs 36; D = 640 S = 2048 82 vs 65
+# (2026-11-22 (9)).
 SM90_BACKWARD_FUSED_SPLIT_TILES = {1024: (32, 32, 8, 2)}
 # One-pass rows with a bias tile (the step's bias by cp.async with Q and dO; dS back through the
 # same tile for 16-byte dbias stores): SM80_BACKWARD_FUSED_BIAS_TILES. At D = 256 the tile does

@@ -59,8 +59,9 @@ struct FusedBwdSmem {
   using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kBiasOffset = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
   static constexpr int kPairOffset = (kBiasOffset + (tiles_bias(kFeatures) ? BiasTile::kBytes : 0) + 15) / 16 * 16;
-  static constexpr int kBytes =
-      kPairOffset + (Traits::kHeadSplit > 1 ? 2 * Traits::kBlockM * Traits::kBlockN * int(sizeof(float)) : 0);
+  // kHeadSplit > 1: the other CTA's partial S and dP, then the two barriers (sm90::PairSlots).
+  static constexpr int kPairBarrierOffset = kPairOffset + 2 * Traits::kBlockM * Traits::kBlockN * int(sizeof(float));
+  static constexpr int kBytes = Traits::kHeadSplit > 1 ? kPairBarrierOffset + 2 * int(sizeof(std::uint64_t)) : kPairOffset;
   // sdp_split_head_dim's partial sums use the dQ stage.
   static_assert(Traits::kSdpSlices == 1 ||
                 2 * Traits::kSdpSlices * (Traits::kBlockN + 8) <= kDqLd, "the S/dP partials fit the dQ stage");
@@ -182,8 +183,9 @@ __device__ __forceinline__ void flush_staged(const float* stage, int ld, float* 
   }
 }
 
+// `exchanges`: the pair's exchanges so far (kHeadSplit > 1), across work items.
 template <class Traits, unsigned kFeatures>
-__device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char* smem) {
+__device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char* smem, int& exchanges) {
   using Element = typename Traits::Element;
   using Smem = FusedBwdSmem<Traits, kFeatures>;
   constexpr int kQueries = Traits::kBlockM, kKeys = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
@@ -221,7 +223,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   float* delta = lse2 + kQueries;
   float* dq_stage = reinterpret_cast<float*>(smem + Smem::kDqOffset);
   char* smem_bias = smem + Smem::kBiasOffset;
-  float* pair_slots = reinterpret_cast<float*>(smem + Smem::kPairOffset);  // kHeadSplit > 1
+  const sm90::PairSlots pair_slots = sm90::pair_slots_at(smem, Smem::kPairOffset, Smem::kPairBarrierOffset);
   const bool tile_bias = tiles_bias(kFeatures) && p.bias != nullptr;
   const bool stage_dbias = tile_bias && p.dbias_tile;
 
@@ -292,7 +294,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t);
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t);
     }
-    if constexpr (kPair) sm90::add_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, step > 0, acc_s, acc_dp);
+    if constexpr (kPair) sm90::push_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges++, acc_s, acc_dp);
     const Tensor coord_s = mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
@@ -333,8 +335,6 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
   }
   cp_async_wait<0>();  // K and V, when no step ran
-  if constexpr (kPair)
-    if (steps > 0) sm90::cluster_wait();  // the other CTA is done with this CTA's slots
 
   CUTE_UNROLL
   for (int e = 0; e < size(acc_dk); ++e) acc_dk(e) *= p.scale;
@@ -349,11 +349,16 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
 template <class Traits, unsigned kFeatures>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) fused_bwd_kernel(const __grid_constant__ BwdParams p) {
   extern __shared__ __align__(128) char smem[];
+  using Smem = FusedBwdSmem<Traits, kFeatures>;
   constexpr int kSplit = Traits::kHeadSplit;  // > 1: clusters of kSplit CTAs take the work items together
+  int exchanges = 0;
+  if constexpr (kSplit > 1)
+    sm90::init_pair_slots<Traits::kThreads>(sm90::pair_slots_at(smem, Smem::kPairOffset, Smem::kPairBarrierOffset));
   for (std::int64_t index = blockIdx.x / kSplit; index < p.num_kv_blocks; index += gridDim.x / kSplit) {
-    fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, index), smem);
+    fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, index), smem, exchanges);
     __syncthreads();
   }
+  if constexpr (kSplit > 1) sm90::finish_pair();
 }
 
 }  // namespace memattn::cuda::sm80

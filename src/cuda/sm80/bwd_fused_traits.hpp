@@ -21,7 +21,7 @@ using namespace cute;
 // kHeadSplit = 2 (sm_90, a cluster of two CTAs): each CTA of the pair owns kHeadDim of the
 // 2 x kHeadDim head dims of the same keys (D = 1024 as two halves of 512): its half of K, V, Q,
 // dO and of dK, dV, dQ. S and dP are summed over the pair through distributed shared memory
-// (sm90::add_pair_partials), so each CTA's traffic per FLOP is the D = 512 row's.
+// (sm90::push_pair_partials), so each CTA's traffic per FLOP is the D = 512 row's.
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1>
 struct FusedBwdTraits {
   using Element = Element_;

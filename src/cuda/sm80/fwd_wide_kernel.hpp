@@ -31,13 +31,6 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// The pair's exchange slots and barriers (kHeadSplit > 1).
-template <class Traits>
-__device__ __forceinline__ sm90::PairSlots pair_slots_of(char* smem) {
-  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Traits::kBarrierOffset);
-  return {reinterpret_cast<float*>(smem + Traits::kExchangeOffset), barriers, barriers + 1};
-}
-
 // `exchanges`: the pair's exchanges so far (kHeadSplit > 1), across work items.
 template <class Traits, unsigned kFeatures>
 __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char* smem, int& exchanges) {
@@ -69,6 +62,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   float* max_part = reinterpret_cast<float*>(smem + Traits::kStatsOffset);  // [key half][row]
   float* rescale_row = max_part + Traits::kWarpsSKeys * kBlockM;            // [row]
   float* sum_part = rescale_row + kBlockM;                                  // [key half][row]
+  const sm90::PairSlots pair_slots = sm90::pair_slots_at(smem, Traits::kExchangeOffset, Traits::kBarrierOffset);
   Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
   Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
   Tensor sVt = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
@@ -122,7 +116,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     Tensor acc_s = partition_fragment_C(mma_s, tile_s);
     clear(acc_s);
     gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtom>(mma_s, sQ, sK, acc_s, t);
-    if constexpr (kPair) sm90::push_pair_partials<Traits::kThreads>(pair_slots_of<Traits>(smem), rank ^ 1, exchanges++, acc_s);
+    if constexpr (kPair) sm90::push_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges++, acc_s);
     const Tensor coord_s = mma_s.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kBlockN);
@@ -234,26 +228,13 @@ __global__ void __launch_bounds__(Traits::kThreads) forward_wide_kernel(const __
   extern __shared__ __align__(128) char smem[];
   constexpr int kSplit = Traits::kHeadSplit;
   int exchanges = 0;
-  if constexpr (kSplit > 1) {  // both CTAs' barriers exist before either arrives on the other's
-    const sm90::PairSlots pair = pair_slots_of<Traits>(smem);
-    if (threadIdx.x == 0) {
-      sm90::mbarrier_init(pair.full, Traits::kThreads);
-      sm90::mbarrier_init(pair.empty, Traits::kThreads);
-      sm90::fence_mbarrier_init();
-    }
-    sm90::cluster_arrive();
-    sm90::cluster_wait();
-  }
+  if constexpr (kSplit > 1)
+    sm90::init_pair_slots<Traits::kThreads>(sm90::pair_slots_at(smem, Traits::kExchangeOffset, Traits::kBarrierOffset));
   for (std::int64_t index = blockIdx.x / kSplit; index < p.num_blocks; index += gridDim.x / kSplit) {
     forward_tile_wide<Traits, kFeatures>(p, decode_work(p, index), smem, exchanges);
     __syncthreads();  // shared memory is reused by the next work item
   }
-  // Neither CTA of a pair exits while the other may still store into its shared memory or arrive
-  // on its barriers (the last exchange's pushes and `empty` arrivals).
-  if constexpr (kSplit > 1) {
-    sm90::cluster_arrive();
-    sm90::cluster_wait();
-  }
+  if constexpr (kSplit > 1) sm90::finish_pair();
 }
 
 }  // namespace memattn::cuda::sm80
