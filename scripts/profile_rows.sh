@@ -18,7 +18,7 @@ sections=(SpeedOfLight Occupancy LaunchStats WarpStateStats SchedulerStats Compu
 for row in $rows; do
   echo "== $row $*"
   MEMATTN_KERNEL=$row ncu --clock-control none --kernel-name-base demangled \
-    --kernel-name "regex:${kernels}_(global_|simt_|fp32_)?kernel" --launch-count 2 \
+    --kernel-name "regex:${kernels}_(global_|simt_|fp32_|wide_)?kernel" --launch-count 2 \
     "${sections[@]/#/--section=}" ${EXTRA_NCU_ARGS:-} "$bin" run --backend cuda --pass "$pass" --iters 0 "$@" 2>&1 |
     grep -vE '^==PROF==|^  *$'
 done
