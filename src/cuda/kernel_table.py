@@ -161,7 +161,11 @@ SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048, 256: 0, 512: 0}
 # memory (2 x 4 KB per step, by st.async). The default at D = 513..1024 (H100, bf16, TFLOP/s,
 # pair vs gacc): D = 1024 S = 4096 132 vs 51, causal 125 vs 36; D = 640 S = 2048 82 vs 65
 # (2026-11-22 (9)).
-SM90_BACKWARD_FUSED_SPLIT_TILES = {1024: (32, 32, 8, 2)}
+SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (32, 32, 8, 2)}
+# D = 512 as two halves of 256: each CTA the D = 256 row's 64 x 64 steps (214 TFLOP/s at S = 8192)
+# instead of the single CTA's 32 x 32 (143), the exchange's slots in the dQ stage. Experimental:
+# written without a GPU run (2026-11-22 (9)).
+SM90_BACKWARD_FUSED_SPLIT_EXPERIMENTAL = (512,)
 # One-pass rows with a bias tile (the step's bias by cp.async with Q and dO; dS back through the
 # same tile for 16-byte dbias stores): SM80_BACKWARD_FUSED_BIAS_TILES. At D = 256 the tile does
 # not fit next to the rest.
@@ -322,7 +326,8 @@ def backward_rows():
     for dtype in ("bf16", "fp16"):
         for head_dim, (bm, bn, warps, ctas) in SM90_BACKWARD_FUSED_SPLIT_TILES.items():
             rows.append(Row(90, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
-                            atomics=True, fused=True, head_split=ctas))
+                            atomics=True, fused=True, head_split=ctas,
+                            experimental=head_dim in SM90_BACKWARD_FUSED_SPLIT_EXPERIMENTAL))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):

@@ -44,7 +44,10 @@ using namespace cute;
 // the eight rows of an m16n8 atom's stores on different banks).
 // With kBiasTile rows, then the bias of the step's (query tile, key tile) (BiasTileShape),
 // which gradient_tile overwrites with dS when dbias leaves from it (p.dbias_tile). With
-// kHeadSplit > 1, then the slots of the S and dP partial sums the CTA pair exchanges.
+// kHeadSplit > 1, the slots of the S and dP partial sums the CTA pair exchanges (the dQ stage's
+// memory when S and dP are one slice: the stage is free from a step's start to its dQ GEMM, and
+// the CTA releases the slots after its dQ flush; otherwise after the rest), then the pair's two
+// barriers.
 template <class Traits, unsigned kFeatures>
 struct FusedBwdSmem {
   static constexpr int kK = 0;
@@ -58,10 +61,15 @@ struct FusedBwdSmem {
   static constexpr int kDqOffset = kStatsOffset + 2 * Traits::kBlockM * int(sizeof(float));
   using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kBiasOffset = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
-  static constexpr int kPairOffset = (kBiasOffset + (tiles_bias(kFeatures) ? BiasTile::kBytes : 0) + 15) / 16 * 16;
-  // kHeadSplit > 1: the other CTA's partial S and dP, then the two barriers (sm90::PairSlots).
-  static constexpr int kPairBarrierOffset = kPairOffset + 2 * Traits::kBlockM * Traits::kBlockN * int(sizeof(float));
-  static constexpr int kBytes = Traits::kHeadSplit > 1 ? kPairBarrierOffset + 2 * int(sizeof(std::uint64_t)) : kPairOffset;
+  static constexpr int kEnd = (kBiasOffset + (tiles_bias(kFeatures) ? BiasTile::kBytes : 0) + 15) / 16 * 16;
+  static constexpr int kPairSlotBytes = 2 * Traits::kBlockM * Traits::kBlockN * int(sizeof(float));
+  static constexpr bool kPairSlotsInDqStage = Traits::kSdpSlices == 1;
+  static constexpr int kPairOffset = kPairSlotsInDqStage ? kDqOffset : kEnd;
+  static constexpr int kPairBarrierOffset = kPairSlotsInDqStage ? kEnd : kEnd + kPairSlotBytes;
+  static constexpr int kBytes = Traits::kHeadSplit > 1 ? kPairBarrierOffset + 2 * int(sizeof(std::uint64_t)) : kEnd;
+  static_assert(kPairOffset % 16 == 0 && kPairBarrierOffset % 8 == 0);
+  static_assert(!kPairSlotsInDqStage || kPairSlotBytes <= Traits::kBlockM * kDqLd * int(sizeof(float)),
+                "the pair's slots fit the dQ stage");
   // sdp_split_head_dim's partial sums use the dQ stage.
   static_assert(Traits::kSdpSlices == 1 ||
                 2 * Traits::kSdpSlices * (Traits::kBlockN + 8) <= kDqLd, "the S/dP partials fit the dQ stage");
@@ -294,7 +302,10 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t);
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t);
     }
-    if constexpr (kPair) sm90::push_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges++, acc_s, acc_dp);
+    if constexpr (kPair) {
+      sm90::push_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges++, acc_s, acc_dp);
+      if constexpr (!Smem::kPairSlotsInDqStage) sm90::release_pair_slots(pair_slots, rank ^ 1);
+    }
     const Tensor coord_s = mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
@@ -332,6 +343,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     }
     __syncthreads();  // dQ is staged
     flush_staged<kHeadDim, Traits::kThreads>(dq_stage, Smem::kDqLd, dq, dq_row_ld, rows, qk_cols);
+    if constexpr (kPair && Smem::kPairSlotsInDqStage) sm90::release_pair_slots(pair_slots, rank ^ 1);
     if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
   }
   cp_async_wait<0>();  // K and V, when no step ran

@@ -116,7 +116,10 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     Tensor acc_s = partition_fragment_C(mma_s, tile_s);
     clear(acc_s);
     gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtom>(mma_s, sQ, sK, acc_s, t);
-    if constexpr (kPair) sm90::push_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges++, acc_s);
+    if constexpr (kPair) {
+      sm90::push_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges++, acc_s);
+      sm90::release_pair_slots(pair_slots, rank ^ 1);
+    }
     const Tensor coord_s = mma_s.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kBlockN);

@@ -94,9 +94,11 @@ __device__ __forceinline__ void wait_parity(std::uint64_t* bar, int parity) {
 // Partial sums pushed between a pair of CTAs: each thread announces the bytes it will receive on
 // its own `full` barrier, stores its accumulators into the other CTA's slots (element-major, by
 // st.async on the other CTA's `full`), waits for its own `full` (the other CTA's partial sums are
-// in this CTA's slots), adds them, and arrives on the other CTA's `empty` barrier (its slots in
-// this CTA may be written again). Before a push (`count` > 0) it waits for its own `empty`: the
-// other CTA has read the previous push. `count` numbers the calls (the barriers' phases).
+// in this CTA's slots) and adds them. release_pair_slots then arrives on the other CTA's `empty`
+// barrier: its slots in this CTA may be written again (right after the add, or later when the
+// slots share memory with something the CTA uses meanwhile). Before a push (`count` > 0) a thread
+// waits for its own `empty`: the other CTA has released the previous push. `count` numbers the
+// calls (the barriers' phases).
 struct PairSlots {
   float* slots;
   std::uint64_t* full;
@@ -151,7 +153,8 @@ __device__ __forceinline__ void push_pair_partials(const PairSlots& s, int other
     }
   };
   (add(acc), ...);
-  arrive_on_rank(s.empty, other);
 }
+
+__device__ __forceinline__ void release_pair_slots(const PairSlots& s, int other) { arrive_on_rank(s.empty, other); }
 
 }  // namespace memattn::cuda::sm90
