@@ -63,7 +63,7 @@ struct FusedBwdSmem {
   static constexpr int kBiasOffset = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
   static constexpr int kEnd = (kBiasOffset + (tiles_bias(kFeatures) ? BiasTile::kBytes : 0) + 15) / 16 * 16;
   static constexpr int kPairSlotBytes = 2 * Traits::kBlockM * Traits::kBlockN * int(sizeof(float));
-  static constexpr bool kPairSlotsInDqStage = Traits::kSdpSlices == 1;
+  static constexpr bool kPairSlotsInDqStage = Traits::kHeadSplit > 1 && Traits::kSdpSlices == 1;
   static constexpr int kPairOffset = kPairSlotsInDqStage ? kDqOffset : kEnd;
   static constexpr int kPairBarrierOffset = kPairSlotsInDqStage ? kEnd : kEnd + kPairSlotBytes;
   static constexpr int kBytes = Traits::kHeadSplit > 1 ? kPairBarrierOffset + 2 * int(sizeof(std::uint64_t)) : kEnd;
