@@ -83,6 +83,12 @@ SM80_WIDE_TILES = {512: (64, 64, 8)}
 # D = 1024 S = 4096 130 -> 218, causal 86 -> 216; D = 768 S = 2048 131 -> 188; D = 640 S = 2048
 # 125 -> 148 (a sixth of the columns padding).
 SM90_WIDE_SPLIT_TILES = {768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
+# Register-forward rows (fwd_kernel.hpp) whose head dim is split over a cluster of CTAs (sm_90
+# family): bucket -> (queries, keys, warps, CTAs). D = 1024 as four CTAs of the D = 256 layout
+# (315-335 TFLOP/s at S >= 8192, against the 512 wide layout's 245), each adding the other three's
+# partial scores (3 x 32 KB of slots; 224 KB in all). Experimental: written without a GPU run
+# (2026-11-22 (9)).
+SM90_SPLIT_TILES = {1024: (128, 64, 8, 4)}
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200, 2026-11-22); 128 queries gained nothing.
@@ -205,7 +211,7 @@ class Row:
     min_queries_per_key: int = 0  # chosen only when a key sees this many queries on average
     min_ctas: int = 1  # forward register rows: CTAs per SM the compiler must leave registers for
     wide: bool = False  # forward with the output split over the warps along the head dim (fwd_wide_kernel.hpp)
-    head_split: int = 1  # wide and one-pass rows: CTAs of a cluster that share the head dim (sm_90)
+    head_split: int = 1  # CTAs of a cluster that share the head dim (sm_90)
 
     @property
     def features(self):
@@ -221,8 +227,9 @@ class Row:
         bias_tile = "_btile" if self.bias_tile else ""
         paired = "_dpair" if self.dropout_paired else ""
         wide = f"_wide{split}" if self.wide else ""
+        cluster = f"_{split}" if split and not (self.wide or self.fused) else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
-                f"w{self.warps}{acc}{math}{wide}{atomics}{bias_tile}{paired}_{loads}_{self.features}")
+                f"w{self.warps}{acc}{math}{wide}{atomics}{cluster}{bias_tile}{paired}_{loads}_{self.features}")
 
     def sort_key(self):
         # Register rows first, the smallest bucket that fits, the newer family; aligned loads before element
@@ -266,6 +273,9 @@ def all_rows():
         for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_SPLIT_TILES.items():
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             wide=True, head_split=ctas))
+        for head_dim, (bm, bn, warps, ctas) in SM90_SPLIT_TILES.items():
+            rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
+                            head_split=ctas, experimental=True))
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
             rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
@@ -385,9 +395,10 @@ def template_args(r):
         traits = (f"sm80::GlobalFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.block_n}, {r.warps}, "
                   f"{SM80_GLOBAL_TILE[3]}, {loads}>")
     else:
-        ctas = f", {r.min_ctas}" if r.min_ctas > 1 else ""
-        traits = (f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}, "
-                  f"{loads}{ctas}>")
+        ctas = (f", {r.min_ctas}, {r.head_split}" if r.head_split > 1 else f", {r.min_ctas}" if r.min_ctas > 1
+                else "")
+        traits = (f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, {r.block_n}, "
+                  f"{r.warps}, {loads}{ctas}>")
     return f"{traits}, {features}"
 
 

@@ -59,34 +59,6 @@ Status resources(Kernel kernel, int threads, int smem, KernelResources* r) {
                      "occupancy");
 }
 
-// The register forward's shared memory: Q, K, V, and the bias tile of the kBiasTile rows.
-template <class Traits, unsigned kFeatures>
-constexpr int forward_smem_bytes() {
-  return Traits::kSmemBytes +
-         (tiles_bias(kFeatures) ? BiasTileShape<Traits::kBlockM, Traits::kBlockN>::kBytes : 0);
-}
-
-template <class Traits, unsigned kFeatures>
-Status launch_forward(const FwdParams& p, cudaStream_t stream) {
-  return launch(forward_kernel<Traits, kFeatures>, Traits::kThreads, forward_smem_bytes<Traits, kFeatures>(), p,
-                stream);
-}
-
-template <class Traits, unsigned kFeatures>
-Status forward_resources(KernelResources* r) {
-  return resources(forward_kernel<Traits, kFeatures>, Traits::kThreads, forward_smem_bytes<Traits, kFeatures>(), r);
-}
-
-template <class Traits, unsigned kFeatures>
-Status launch_forward_global(const FwdParams& p, cudaStream_t stream) {
-  return launch(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
-}
-
-template <class Traits, unsigned kFeatures>
-Status forward_global_resources(KernelResources* r) {
-  return resources(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
-}
-
 // Clusters of `cluster` CTAs (sm_90), one cluster per work item; past gridDim.x's limit the
 // clusters stride over the rest.
 template <class Kernel, class Params>
@@ -107,6 +79,40 @@ Status launch_clusters(Kernel kernel, int threads, int smem, int cluster, std::i
   config.attrs = &attribute;
   config.numAttrs = 1;
   return cuda_status(cudaLaunchKernelEx(&config, kernel, p), "cluster launch");
+}
+
+// The register forward's shared memory: Q, K, V, and the bias tile of the kBiasTile rows, or the
+// cluster's slots and barriers of the rows that split the head dim.
+template <class Traits, unsigned kFeatures>
+constexpr int forward_smem_bytes() {
+  if constexpr (Traits::kHeadSplit > 1) return Traits::kClusterSmemBytes;
+  return Traits::kSmemBytes +
+         (tiles_bias(kFeatures) ? BiasTileShape<Traits::kBlockM, Traits::kBlockN>::kBytes : 0);
+}
+
+template <class Traits, unsigned kFeatures>
+Status launch_forward(const FwdParams& p, cudaStream_t stream) {
+  constexpr int kSmem = forward_smem_bytes<Traits, kFeatures>();
+  if constexpr (Traits::kHeadSplit > 1)
+    return launch_clusters(forward_kernel<Traits, kFeatures>, Traits::kThreads, kSmem, Traits::kHeadSplit,
+                           p.num_blocks, p, stream);
+  else
+    return launch(forward_kernel<Traits, kFeatures>, Traits::kThreads, kSmem, p, stream);
+}
+
+template <class Traits, unsigned kFeatures>
+Status forward_resources(KernelResources* r) {
+  return resources(forward_kernel<Traits, kFeatures>, Traits::kThreads, forward_smem_bytes<Traits, kFeatures>(), r);
+}
+
+template <class Traits, unsigned kFeatures>
+Status launch_forward_global(const FwdParams& p, cudaStream_t stream) {
+  return launch(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
+}
+
+template <class Traits, unsigned kFeatures>
+Status forward_global_resources(KernelResources* r) {
+  return resources(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
 }
 
 template <class Traits, unsigned kFeatures>

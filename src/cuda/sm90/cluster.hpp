@@ -111,12 +111,13 @@ __device__ __forceinline__ PairSlots pair_slots_at(char* smem, int slots_offset,
   return {reinterpret_cast<float*>(smem + slots_offset), barriers, barriers + 1};
 }
 
-// Once, before the first exchange: both CTAs' barriers exist before either arrives on the other's.
-template <int kThreads>
+// Once, before the first exchange: every CTA's barriers exist before any arrives on another's.
+// `empty` counts the releases of the kRanks - 1 other CTAs' threads.
+template <int kThreads, int kRanks = 2>
 __device__ __forceinline__ void init_pair_slots(const PairSlots& s) {
   if (threadIdx.x == 0) {
     mbarrier_init(s.full, kThreads);
-    mbarrier_init(s.empty, kThreads);
+    mbarrier_init(s.empty, (kRanks - 1) * kThreads);
     fence_mbarrier_init();
   }
   cluster_arrive();
@@ -156,5 +157,51 @@ __device__ __forceinline__ void push_pair_partials(const PairSlots& s, int other
 }
 
 __device__ __forceinline__ void release_pair_slots(const PairSlots& s, int other) { arrive_on_rank(s.empty, other); }
+
+// The same exchange among a cluster of kRanks > 2 CTAs: each thread pushes its accumulators into
+// every other CTA, into the slot group that CTA keeps for this one (groups in rank order, skipping
+// the CTA's own: kRanks - 1 groups of the accumulators' size), waits for its own groups to fill,
+// and sums the kRanks partials in rank order, so that every CTA of the cluster holds the same
+// sum bit for bit (fp32 addition does not associate). release_cluster_slots then frees this
+// CTA's groups to all the others.
+template <int kThreads, int kRanks, class Acc>
+__device__ __forceinline__ void push_cluster_partials(const PairSlots& s, int rank, int count, Acc& acc) {
+  static_assert(kRanks > 2, "pairs: push_pair_partials");
+  constexpr int kSize = int(decltype(cute::size(acc))::value);
+  constexpr int kGroupSlots = kSize / 4;  // float4 slots per thread and group
+  static_assert(kSize % 4 == 0);
+  float4* mine = reinterpret_cast<float4*>(s.slots) + threadIdx.x;
+  arrive_expecting(s.full, (kRanks - 1) * kSize * int(sizeof(float)));
+  if (count > 0) wait_parity(s.empty, (count - 1) & 1);
+  CUTE_UNROLL
+  for (int other = 0; other < kRanks; ++other) {
+    if (other == rank) continue;
+    const int group = rank < other ? rank : rank - 1;  // this CTA's group in CTA `other`
+    CUTE_UNROLL
+    for (int i = 0; i < kSize; i += 4)
+      store_async_to_rank(mine + (group * kGroupSlots + i / 4) * kThreads, s.full, other,
+                          make_float4(acc(i), acc(i + 1), acc(i + 2), acc(i + 3)));
+  }
+  wait_parity(s.full, count & 1);
+  CUTE_UNROLL
+  for (int i = 0; i < kSize; i += 4) {
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    CUTE_UNROLL
+    for (int src = 0; src < kRanks; ++src) {
+      const int group = src < rank ? src : src > rank ? src - 1 : 0;  // (any valid group for its own)
+      const float4 v = src == rank ? make_float4(acc(i), acc(i + 1), acc(i + 2), acc(i + 3))
+                                   : mine[(group * kGroupSlots + i / 4) * kThreads];
+      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    }
+    acc(i) = sum.x, acc(i + 1) = sum.y, acc(i + 2) = sum.z, acc(i + 3) = sum.w;
+  }
+}
+
+template <int kRanks>
+__device__ __forceinline__ void release_cluster_slots(const PairSlots& s, int rank) {
+  CUTE_UNROLL
+  for (int other = 0; other < kRanks; ++other)
+    if (other != rank) arrive_on_rank(s.empty, other);
+}
 
 }  // namespace memattn::cuda::sm90
