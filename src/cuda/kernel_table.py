@@ -86,9 +86,9 @@ SM90_WIDE_SPLIT_TILES = {768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
 # Register-forward rows (fwd_kernel.hpp) whose head dim is split over a cluster of CTAs (sm_90
 # family): bucket -> (queries, keys, warps, CTAs). D = 1024 as four CTAs of the D = 256 layout
 # (315-335 TFLOP/s at S >= 8192, against the 512 wide layout's 245), each adding the other three's
-# partial scores (3 x 32 KB of slots; 224 KB in all). Experimental: written without a GPU run
-# (2026-11-22 (9)).
-SM90_SPLIT_TILES = {1024: (128, 64, 8, 4)}
+# partial scores (3 x 32 KB of slots; 224 KB in all); D = 768 as three. Experimental: written
+# without a GPU run (2026-11-22 (9)).
+SM90_SPLIT_TILES = {768: (128, 64, 8, 3), 1024: (128, 64, 8, 4)}
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200, 2026-11-22); 128 queries gained nothing.
