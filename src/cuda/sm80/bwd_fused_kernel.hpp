@@ -231,7 +231,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   float* delta = lse2 + kQueries;
   float* dq_stage = reinterpret_cast<float*>(smem + Smem::kDqOffset);
   char* smem_bias = smem + Smem::kBiasOffset;
-  const sm90::PairSlots pair_slots = sm90::pair_slots_at(smem, Smem::kPairOffset, Smem::kPairBarrierOffset);
+  const sm90::ExchangeSlots pair_slots = sm90::exchange_slots_at(smem, Smem::kPairOffset, Smem::kPairBarrierOffset);
   const bool tile_bias = tiles_bias(kFeatures) && p.bias != nullptr;
   const bool stage_dbias = tile_bias && p.dbias_tile;
 
@@ -365,12 +365,12 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) fus
   constexpr int kSplit = Traits::kHeadSplit;  // > 1: clusters of kSplit CTAs take the work items together
   int exchanges = 0;
   if constexpr (kSplit > 1)
-    sm90::init_pair_slots<Traits::kThreads>(sm90::pair_slots_at(smem, Smem::kPairOffset, Smem::kPairBarrierOffset));
+    sm90::init_exchange_slots<Traits::kThreads>(sm90::exchange_slots_at(smem, Smem::kPairOffset, Smem::kPairBarrierOffset));
   for (std::int64_t index = blockIdx.x / kSplit; index < p.num_kv_blocks; index += gridDim.x / kSplit) {
     fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, index), smem, exchanges);
     __syncthreads();
   }
-  if constexpr (kSplit > 1) sm90::finish_pair();
+  if constexpr (kSplit > 1) sm90::finish_exchanges();
 }
 
 }  // namespace memattn::cuda::sm80

@@ -175,12 +175,8 @@ Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
 template <class Traits, unsigned kFeatures>
 Status launch_backward_fused(const BwdParams& p, cudaStream_t stream) {
   return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
-    constexpr int kSmem = FusedBwdSmem<Traits, kFeatures>::kBytes;
-    if constexpr (Traits::kHeadSplit > 1)
-      return launch_clusters(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, kSmem, Traits::kHeadSplit,
-                             p.num_kv_blocks, p, stream);
-    else
-      return launch_grid(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, kSmem, p.num_kv_blocks, 0, p, stream);
+    return launch_split(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, FusedBwdSmem<Traits, kFeatures>::kBytes,
+                        Traits::kHeadSplit, p.num_kv_blocks, 0, p, stream);
   });
 }
 

@@ -165,8 +165,8 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
       gemm(mma, tSrQ(_, _, kk), tSrK(_, _, kk), acc_s);
     }
     if constexpr (kSplit > 1) {
-      const sm90::PairSlots slots =
-          sm90::pair_slots_at(smem, Traits::kClusterSlotsOffset, Traits::kClusterBarrierOffset);
+      const sm90::ExchangeSlots slots =
+          sm90::exchange_slots_at(smem, Traits::kClusterSlotsOffset, Traits::kClusterBarrierOffset);
       const int rank = share().rank;
       sm90::push_cluster_partials<Traits::kThreads, kSplit>(slots, rank, exchanges++, acc_s);
       sm90::release_cluster_slots<kSplit>(slots, rank);
@@ -247,13 +247,13 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinCtasPerSm) forwa
   constexpr int kSplit = Traits::kHeadSplit;  // > 1: clusters of kSplit CTAs take the work items together
   int exchanges = 0;
   if constexpr (kSplit > 1)
-    sm90::init_pair_slots<Traits::kThreads, kSplit>(
-        sm90::pair_slots_at(smem, Traits::kClusterSlotsOffset, Traits::kClusterBarrierOffset));
+    sm90::init_exchange_slots<Traits::kThreads, kSplit>(
+        sm90::exchange_slots_at(smem, Traits::kClusterSlotsOffset, Traits::kClusterBarrierOffset));
   for (std::int64_t index = blockIdx.x / kSplit; index < p.num_blocks; index += gridDim.x / kSplit) {
     forward_tile<Traits, kFeatures>(p, decode_work(p, index), smem, exchanges);
     __syncthreads();  // shared memory is reused by the next work item
   }
-  if constexpr (kSplit > 1) sm90::finish_pair();
+  if constexpr (kSplit > 1) sm90::finish_exchanges();
 }
 
 }  // namespace memattn::cuda::sm80

@@ -81,6 +81,15 @@ Status launch_clusters(Kernel kernel, int threads, int smem, int cluster, std::i
   return cuda_status(cudaLaunchKernelEx(&config, kernel, p), "cluster launch");
 }
 
+// One CTA per work item (launch_grid, up to `cap` CTAs), or with `split` > 1 one cluster of `split`
+// CTAs per work item (the rows that split the head dim; `cap` does not apply).
+template <class Kernel, class Params>
+Status launch_split(Kernel kernel, int threads, int smem, int split, std::int64_t work_items, std::int64_t cap,
+                    const Params& p, cudaStream_t stream) {
+  if (split > 1) return launch_clusters(kernel, threads, smem, split, work_items, p, stream);
+  return launch_grid(kernel, threads, smem, work_items, cap, p, stream);
+}
+
 // The register forward's shared memory: Q, K, V, and the bias tile of the kBiasTile rows, or the
 // cluster's slots and barriers of the rows that split the head dim.
 template <class Traits, unsigned kFeatures>
@@ -92,12 +101,8 @@ constexpr int forward_smem_bytes() {
 
 template <class Traits, unsigned kFeatures>
 Status launch_forward(const FwdParams& p, cudaStream_t stream) {
-  constexpr int kSmem = forward_smem_bytes<Traits, kFeatures>();
-  if constexpr (Traits::kHeadSplit > 1)
-    return launch_clusters(forward_kernel<Traits, kFeatures>, Traits::kThreads, kSmem, Traits::kHeadSplit,
-                           p.num_blocks, p, stream);
-  else
-    return launch(forward_kernel<Traits, kFeatures>, Traits::kThreads, kSmem, p, stream);
+  return launch_split(forward_kernel<Traits, kFeatures>, Traits::kThreads, forward_smem_bytes<Traits, kFeatures>(),
+                      Traits::kHeadSplit, p.num_blocks, p.grid_ctas, p, stream);
 }
 
 template <class Traits, unsigned kFeatures>
@@ -117,11 +122,8 @@ Status forward_global_resources(KernelResources* r) {
 
 template <class Traits, unsigned kFeatures>
 Status launch_forward_wide(const FwdParams& p, cudaStream_t stream) {
-  if constexpr (Traits::kHeadSplit > 1)
-    return launch_clusters(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes,
-                           Traits::kHeadSplit, p.num_blocks, p, stream);
-  else
-    return launch(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
+  return launch_split(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes,
+                      Traits::kHeadSplit, p.num_blocks, p.grid_ctas, p, stream);
 }
 
 template <class Traits, unsigned kFeatures>

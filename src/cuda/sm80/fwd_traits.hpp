@@ -86,7 +86,7 @@ struct FwdTraits {
 
   // kHeadSplit > 1 (the forward kernel on sm_90): a cluster of kHeadSplit CTAs shares the head
   // dim, kHeadDim columns each. After Q, K and V: the slots of the other CTAs' partial score tiles
-  // (kHeadSplit - 1 of them, fp32), then the cluster's two barriers (sm90::PairSlots).
+  // (kHeadSplit - 1 of them, fp32), then the cluster's two barriers (sm90::ExchangeSlots).
   static constexpr int kHeadSplit = kHeadSplit_;
   static constexpr int kClusterSlotsOffset = (kSmemBytes + 15) / 16 * 16;
   static constexpr int kClusterBarrierOffset =

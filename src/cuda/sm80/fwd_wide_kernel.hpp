@@ -62,7 +62,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   float* max_part = reinterpret_cast<float*>(smem + Traits::kStatsOffset);  // [key half][row]
   float* rescale_row = max_part + Traits::kWarpsSKeys * kBlockM;            // [row]
   float* sum_part = rescale_row + kBlockM;                                  // [key half][row]
-  const sm90::PairSlots pair_slots = sm90::pair_slots_at(smem, Traits::kExchangeOffset, Traits::kBarrierOffset);
+  const sm90::ExchangeSlots pair_slots = sm90::exchange_slots_at(smem, Traits::kExchangeOffset, Traits::kBarrierOffset);
   Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
   Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
   Tensor sVt = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
@@ -232,12 +232,12 @@ __global__ void __launch_bounds__(Traits::kThreads) forward_wide_kernel(const __
   constexpr int kSplit = Traits::kHeadSplit;
   int exchanges = 0;
   if constexpr (kSplit > 1)
-    sm90::init_pair_slots<Traits::kThreads>(sm90::pair_slots_at(smem, Traits::kExchangeOffset, Traits::kBarrierOffset));
+    sm90::init_exchange_slots<Traits::kThreads>(sm90::exchange_slots_at(smem, Traits::kExchangeOffset, Traits::kBarrierOffset));
   for (std::int64_t index = blockIdx.x / kSplit; index < p.num_blocks; index += gridDim.x / kSplit) {
     forward_tile_wide<Traits, kFeatures>(p, decode_work(p, index), smem, exchanges);
     __syncthreads();  // shared memory is reused by the next work item
   }
-  if constexpr (kSplit > 1) sm90::finish_pair();
+  if constexpr (kSplit > 1) sm90::finish_exchanges();
 }
 
 }  // namespace memattn::cuda::sm80

@@ -70,7 +70,7 @@ struct WideFwdTraits {
   static constexpr int kStatsOffset = (kSmemElemsQ + 2 * kSmemElemsKV + kSmemElemsP) * int(sizeof(Element));
   static constexpr int kStatFloats = (2 * kWarpsSKeys + 1) * kBlockM;
   // kHeadSplit > 1: one fp32 score tile for the partial sums the other CTA pushes, then its two
-  // mbarriers (sm90::PairSlots: full, empty).
+  // mbarriers (sm90::ExchangeSlots: full, empty).
   static_assert(kHeadSplit == 1 || kHeadSplit == 2);
   static constexpr int kExchangeOffset = (kStatsOffset + kStatFloats * int(sizeof(float)) + 15) / 16 * 16;
   static constexpr int kBarrierOffset = kExchangeOffset + kBlockM * kBlockN * int(sizeof(float));

@@ -1,7 +1,7 @@
 // Thread-block cluster primitives (sm_90): a CTA's rank in its cluster, the cluster barrier in
 // its split form, stores into another CTA's shared memory (distributed shared memory) and the
-// mbarriers that order them, and the pair exchange built from those. Only kernels compiled for
-// sm_90 may call them (the family-90 rows).
+// mbarriers that order them, and the exchanges of partial sums built from those (pairs, and
+// clusters of more). Only kernels compiled for sm_90 may call them (the family-90 rows).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -99,14 +99,14 @@ __device__ __forceinline__ void wait_parity(std::uint64_t* bar, int parity) {
 // slots share memory with something the CTA uses meanwhile). Before a push (`count` > 0) a thread
 // waits for its own `empty`: the other CTA has released the previous push. `count` numbers the
 // calls (the barriers' phases).
-struct PairSlots {
+struct ExchangeSlots {
   float* slots;
   std::uint64_t* full;
   std::uint64_t* empty;
 };
 
 // The slots and barriers at their offsets in a CTA's dynamic shared memory.
-__device__ __forceinline__ PairSlots pair_slots_at(char* smem, int slots_offset, int barriers_offset) {
+__device__ __forceinline__ ExchangeSlots exchange_slots_at(char* smem, int slots_offset, int barriers_offset) {
   auto* barriers = reinterpret_cast<std::uint64_t*>(smem + barriers_offset);
   return {reinterpret_cast<float*>(smem + slots_offset), barriers, barriers + 1};
 }
@@ -114,7 +114,7 @@ __device__ __forceinline__ PairSlots pair_slots_at(char* smem, int slots_offset,
 // Once, before the first exchange: every CTA's barriers exist before any arrives on another's.
 // `empty` counts the releases of the kRanks - 1 other CTAs' threads.
 template <int kThreads, int kRanks = 2>
-__device__ __forceinline__ void init_pair_slots(const PairSlots& s) {
+__device__ __forceinline__ void init_exchange_slots(const ExchangeSlots& s) {
   if (threadIdx.x == 0) {
     mbarrier_init(s.full, kThreads);
     mbarrier_init(s.empty, (kRanks - 1) * kThreads);
@@ -124,15 +124,15 @@ __device__ __forceinline__ void init_pair_slots(const PairSlots& s) {
   cluster_wait();
 }
 
-// Once, before exit: neither CTA of a pair leaves while the other may still store into its shared
+// Once, before exit: no CTA of the cluster leaves while another may still store into its shared
 // memory or arrive on its barriers (the last exchange's pushes and `empty` arrivals).
-__device__ __forceinline__ void finish_pair() {
+__device__ __forceinline__ void finish_exchanges() {
   cluster_arrive();
   cluster_wait();
 }
 
 template <int kThreads, class... Acc>
-__device__ __forceinline__ void push_pair_partials(const PairSlots& s, int other, int count, Acc&... acc) {
+__device__ __forceinline__ void push_pair_partials(const ExchangeSlots& s, int other, int count, Acc&... acc) {
   float4* mine = reinterpret_cast<float4*>(s.slots) + threadIdx.x;
   constexpr int kBytes = (int(decltype(cute::size(acc))::value) + ...) * int(sizeof(float));
   arrive_expecting(s.full, kBytes);
@@ -156,7 +156,7 @@ __device__ __forceinline__ void push_pair_partials(const PairSlots& s, int other
   (add(acc), ...);
 }
 
-__device__ __forceinline__ void release_pair_slots(const PairSlots& s, int other) { arrive_on_rank(s.empty, other); }
+__device__ __forceinline__ void release_pair_slots(const ExchangeSlots& s, int other) { arrive_on_rank(s.empty, other); }
 
 // The same exchange among a cluster of kRanks > 2 CTAs: each thread pushes its accumulators into
 // every other CTA, into the slot group that CTA keeps for this one (groups in rank order, skipping
@@ -165,7 +165,7 @@ __device__ __forceinline__ void release_pair_slots(const PairSlots& s, int other
 // sum bit for bit (fp32 addition does not associate). release_cluster_slots then frees this
 // CTA's groups to all the others.
 template <int kThreads, int kRanks, class Acc>
-__device__ __forceinline__ void push_cluster_partials(const PairSlots& s, int rank, int count, Acc& acc) {
+__device__ __forceinline__ void push_cluster_partials(const ExchangeSlots& s, int rank, int count, Acc& acc) {
   static_assert(kRanks > 2, "pairs: push_pair_partials");
   constexpr int kSize = int(decltype(cute::size(acc))::value);
   constexpr int kGroupSlots = kSize / 4;  // float4 slots per thread and group
@@ -198,7 +198,7 @@ __device__ __forceinline__ void push_cluster_partials(const PairSlots& s, int ra
 }
 
 template <int kRanks>
-__device__ __forceinline__ void release_cluster_slots(const PairSlots& s, int rank) {
+__device__ __forceinline__ void release_cluster_slots(const ExchangeSlots& s, int rank) {
   CUTE_UNROLL
   for (int other = 0; other < kRanks; ++other)
     if (other != rank) arrive_on_rank(s.empty, other);
