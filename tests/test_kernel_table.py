@@ -49,11 +49,10 @@ class KernelTable(unittest.TestCase):
                     self.assertTrue(r.fused)
                 if r.bias_tile:
                     self.assertTrue(r.bias and r.loads == "vector16")
-                if r.head_split > 1:  # clusters (sm_90) on plain problems with 16-byte loads, one-pass
-                    # backward or a forward with its accumulator in registers
-                    self.assertTrue(r.family == 90 and r.head_dim % r.head_split == 0)
+                if r.head_split > 1:  # clusters (sm_90) on plain problems with 16-byte loads; the kernels
+                    # split the wide forward and the one-pass backward layouts
+                    self.assertTrue(r.family == 90 and (r.wide or r.fused) and r.head_dim % r.head_split == 0)
                     self.assertEqual((r.features, r.loads, r.accumulator), ("plain", "vector16", "registers"))
-                    self.assertTrue(r.fused or r.pass_ == "fwd")
 
     def test_fallback_tiles_are_extra_tiles(self):
         for head_dim, tile in kt.SM80_BACKWARD_FUSED_FALLBACK_TILES.items():

@@ -83,12 +83,6 @@ SM80_WIDE_TILES = {512: (64, 64, 8)}
 # D = 1024 S = 4096 130 -> 218, causal 86 -> 216; D = 768 S = 2048 131 -> 188; D = 640 S = 2048
 # 125 -> 148 (a sixth of the columns padding).
 SM90_WIDE_SPLIT_TILES = {768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
-# Register-forward rows (fwd_kernel.hpp) whose head dim is split over a cluster of CTAs (sm_90
-# family): bucket -> (queries, keys, warps, CTAs). D = 1024 as four CTAs of the D = 256 layout
-# (315-335 TFLOP/s at S >= 8192, against the 512 wide layout's 245), each adding the other three's
-# partial scores (3 x 32 KB of slots; 224 KB in all); D = 768 as three. Experimental: written
-# without a GPU run (2026-11-22 (9)).
-SM90_SPLIT_TILES = {768: (128, 64, 8, 3), 1024: (128, 64, 8, 4)}
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200, 2026-11-22); 128 queries gained nothing.
@@ -162,16 +156,16 @@ SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (64, 128, 256, 512)
 # the scale moved into the exp2 FFMA: S = 1024 176 vs 180, S = 2048 causal 162 vs 180: still 2048.
 SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048, 256: 0, 512: 0}
 # One-pass rows with the head dim split over a cluster of CTAs (sm_90 family): bucket -> (queries,
-# keys, warps, CTAs). Each CTA of a pair runs the D = 512 row on its half of D = 1024 (its half
-# of K, V, Q, dO and of dK, dV, dQ); S and dP are summed over the pair through distributed shared
-# memory (2 x 4 KB per step, by st.async). The default at D = 513..1024 (H100, bf16, TFLOP/s,
-# pair vs gacc): D = 1024 S = 4096 132 vs 51, causal 125 vs 36; D = 640 S = 2048 82 vs 65
-# (2026-11-22 (9)).
-SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (32, 32, 8, 2)}
-# D = 512 as two halves of 256: each CTA the D = 256 row's 64 x 64 steps (214 TFLOP/s at S = 8192)
-# instead of the single CTA's 32 x 32 (143), the exchange's slots in the dQ stage. Experimental:
-# written without a GPU run (2026-11-22 (9)).
-SM90_BACKWARD_FUSED_SPLIT_EXPERIMENTAL = (512,)
+# keys, warps, CTAs). Every CTA runs the D = 256 row's 64 x 64 steps on its share of the head dim
+# (its share of K, V, Q, dO and of dK, dV, dQ) instead of the single CTA's 32 x 32 steps at
+# D = 512; S and dP are summed over the cluster through distributed shared memory, by st.async
+# into slots in the dQ stage: a pair adds the other CTA's whole partials (32 KB per step), four
+# CTAs reduce-scatter then all-gather (2 x 24 KB). H100, bf16, TFLOP/s (2026-11-22 (10)):
+# D = 512 pair vs single CTA: S = 4096 176 vs 143, causal 164 vs 136, D = 384 S = 2048 131 vs
+# 103, S = 1024 143 vs 119. D = 1024 four vs the earlier pair of D = 512 layouts (32 x 32 steps):
+# S = 4096 146 vs 131, causal 138 vs 127; D = 896 S = 2048 120 vs 111; D = 640 90 vs 84 (the
+# earlier pair was itself 2.6x the gacc row: 132 vs 51).
+SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (64, 64, 8, 4)}
 # One-pass rows with a bias tile (the step's bias by cp.async with Q and dO; dS back through the
 # same tile for 16-byte dbias stores): SM80_BACKWARD_FUSED_BIAS_TILES. At D = 256 the tile does
 # not fit next to the rest.
@@ -211,7 +205,7 @@ class Row:
     min_queries_per_key: int = 0  # chosen only when a key sees this many queries on average
     min_ctas: int = 1  # forward register rows: CTAs per SM the compiler must leave registers for
     wide: bool = False  # forward with the output split over the warps along the head dim (fwd_wide_kernel.hpp)
-    head_split: int = 1  # CTAs of a cluster that share the head dim (sm_90)
+    head_split: int = 1  # wide and one-pass rows: CTAs of a cluster that share the head dim (sm_90)
 
     @property
     def features(self):
@@ -227,9 +221,8 @@ class Row:
         bias_tile = "_btile" if self.bias_tile else ""
         paired = "_dpair" if self.dropout_paired else ""
         wide = f"_wide{split}" if self.wide else ""
-        cluster = f"_{split}" if split and not (self.wide or self.fused) else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
-                f"w{self.warps}{acc}{math}{wide}{atomics}{cluster}{bias_tile}{paired}_{loads}_{self.features}")
+                f"w{self.warps}{acc}{math}{wide}{atomics}{bias_tile}{paired}_{loads}_{self.features}")
 
     def sort_key(self):
         # Register rows first, the smallest bucket that fits, the newer family; aligned loads before element
@@ -273,9 +266,6 @@ def all_rows():
         for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_SPLIT_TILES.items():
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             wide=True, head_split=ctas))
-        for head_dim, (bm, bn, warps, ctas) in SM90_SPLIT_TILES.items():
-            rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
-                            head_split=ctas, experimental=True))
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
             rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
@@ -336,8 +326,7 @@ def backward_rows():
     for dtype in ("bf16", "fp16"):
         for head_dim, (bm, bn, warps, ctas) in SM90_BACKWARD_FUSED_SPLIT_TILES.items():
             rows.append(Row(90, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
-                            atomics=True, fused=True, head_split=ctas,
-                            experimental=head_dim in SM90_BACKWARD_FUSED_SPLIT_EXPERIMENTAL))
+                            atomics=True, fused=True, head_split=ctas))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):
@@ -395,10 +384,9 @@ def template_args(r):
         traits = (f"sm80::GlobalFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.block_n}, {r.warps}, "
                   f"{SM80_GLOBAL_TILE[3]}, {loads}>")
     else:
-        ctas = (f", {r.min_ctas}, {r.head_split}" if r.head_split > 1 else f", {r.min_ctas}" if r.min_ctas > 1
-                else "")
-        traits = (f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, {r.block_n}, "
-                  f"{r.warps}, {loads}{ctas}>")
+        ctas = f", {r.min_ctas}" if r.min_ctas > 1 else ""
+        traits = (f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}, "
+                  f"{loads}{ctas}>")
     return f"{traits}, {features}"
 
 

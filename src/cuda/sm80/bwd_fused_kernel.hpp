@@ -44,10 +44,10 @@ using namespace cute;
 // the eight rows of an m16n8 atom's stores on different banks).
 // With kBiasTile rows, then the bias of the step's (query tile, key tile) (BiasTileShape),
 // which gradient_tile overwrites with dS when dbias leaves from it (p.dbias_tile). With
-// kHeadSplit > 1, the slots of the S and dP partial sums the CTA pair exchanges (the dQ stage's
-// memory when S and dP are one slice: the stage is free from a step's start to its dQ GEMM, and
-// the CTA releases the slots after its dQ flush; otherwise after the rest), then the pair's two
-// barriers.
+// kHeadSplit > 1, the slots of the S and dP partial sums the cluster's CTAs exchange are the dQ
+// stage's memory (free from a step's start to its dQ GEMM; the CTA releases the slots after its
+// dQ flush), and the exchange's barriers follow the rest (a pair's two, sm90::ExchangeSlots; a
+// larger cluster's three, sm90::ClusterSlots).
 template <class Traits, unsigned kFeatures>
 struct FusedBwdSmem {
   static constexpr int kK = 0;
@@ -62,14 +62,20 @@ struct FusedBwdSmem {
   using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kBiasOffset = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
   static constexpr int kEnd = (kBiasOffset + (tiles_bias(kFeatures) ? BiasTile::kBytes : 0) + 15) / 16 * 16;
-  static constexpr int kPairSlotBytes = 2 * Traits::kBlockM * Traits::kBlockN * int(sizeof(float));
-  static constexpr bool kPairSlotsInDqStage = Traits::kHeadSplit > 1 && Traits::kSdpSlices == 1;
-  static constexpr int kPairOffset = kPairSlotsInDqStage ? kDqOffset : kEnd;
-  static constexpr int kPairBarrierOffset = kPairSlotsInDqStage ? kEnd : kEnd + kPairSlotBytes;
-  static constexpr int kBytes = Traits::kHeadSplit > 1 ? kPairBarrierOffset + 2 * int(sizeof(std::uint64_t)) : kEnd;
-  static_assert(kPairOffset % 16 == 0 && kPairBarrierOffset % 8 == 0);
-  static_assert(!kPairSlotsInDqStage || kPairSlotBytes <= Traits::kBlockM * kDqLd * int(sizeof(float)),
-                "the pair's slots fit the dQ stage");
+  static constexpr int kSplit = Traits::kHeadSplit;
+  static constexpr int kScoreFloats = 2 * Traits::kBlockM * Traits::kBlockN;  // S and dP
+  static constexpr int kExchangeSlotBytes =
+      kSplit > 2 ? sm90::cluster_slot_bytes<kSplit>(Traits::kThreads, kScoreFloats / Traits::kThreads)
+                 : kScoreFloats * int(sizeof(float));
+  static constexpr int kExchangeOffset = kDqOffset;
+  static constexpr int kExchangeBarrierOffset = kEnd;
+  static constexpr int kBarriers = kSplit > 2 ? sm90::kClusterBarriers : 2;
+  static constexpr int kBytes = kSplit > 1 ? kExchangeBarrierOffset + kBarriers * int(sizeof(std::uint64_t)) : kEnd;
+  static_assert(kExchangeOffset % 16 == 0 && kExchangeBarrierOffset % 8 == 0);
+  // sdp_split_head_dim also stages in the dQ stage, in the middle of the exchange's lifetime.
+  static_assert(kSplit == 1 || Traits::kSdpSlices == 1, "split rows compute S and dP in one slice");
+  static_assert(kSplit == 1 || kExchangeSlotBytes <= Traits::kBlockM * kDqLd * int(sizeof(float)),
+                "the exchange's slots fit the dQ stage");
   // sdp_split_head_dim's partial sums use the dQ stage.
   static_assert(Traits::kSdpSlices == 1 ||
                 2 * Traits::kSdpSlices * (Traits::kBlockN + 8) <= kDqLd, "the S/dP partials fit the dQ stage");
@@ -191,14 +197,14 @@ __device__ __forceinline__ void flush_staged(const float* stage, int ld, float* 
   }
 }
 
-// `exchanges`: the pair's exchanges so far (kHeadSplit > 1), across work items.
+// `exchanges`: the cluster's exchanges so far (kHeadSplit > 1), across work items.
 template <class Traits, unsigned kFeatures>
 __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char* smem, int& exchanges) {
   using Element = typename Traits::Element;
   using Smem = FusedBwdSmem<Traits, kFeatures>;
   constexpr int kQueries = Traits::kBlockM, kKeys = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   static_assert(kQueries <= Traits::kThreads, "one thread per query row stages the row statistics");
-  constexpr bool kPair = Traits::kHeadSplit > 1;
+  constexpr int kSplit = Traits::kHeadSplit;
   const sm90::HeadDimShare share = sm90::head_dim_share<kHeadDim, Traits::kHeadSplit>(p);
   const int rank = share.rank, col0 = share.col0, qk_cols = share.qk_cols, v_cols = share.v_cols;
   const SequenceInfo seq = sequence_info(p, work.b);
@@ -231,7 +237,8 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   float* delta = lse2 + kQueries;
   float* dq_stage = reinterpret_cast<float*>(smem + Smem::kDqOffset);
   char* smem_bias = smem + Smem::kBiasOffset;
-  const sm90::ExchangeSlots pair_slots = sm90::exchange_slots_at(smem, Smem::kPairOffset, Smem::kPairBarrierOffset);
+  const sm90::ExchangeSlots pair_slots = sm90::exchange_slots_at(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset);
+  const sm90::ClusterSlots cluster_slots = sm90::cluster_slots_at(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset);
   const bool tile_bias = tiles_bias(kFeatures) && p.bias != nullptr;
   const bool stage_dbias = tile_bias && p.dbias_tile;
 
@@ -302,10 +309,10 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t);
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t);
     }
-    if constexpr (kPair) {
+    if constexpr (kSplit == 2)
       sm90::push_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges++, acc_s, acc_dp);
-      if constexpr (!Smem::kPairSlotsInDqStage) sm90::release_pair_slots(pair_slots, rank ^ 1);
-    }
+    else if constexpr (kSplit > 2)
+      sm90::all_reduce_cluster<Traits::kThreads, kSplit>(cluster_slots, rank, exchanges++, acc_s, acc_dp);
     const Tensor coord_s = mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
@@ -343,7 +350,10 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     }
     __syncthreads();  // dQ is staged
     flush_staged<kHeadDim, Traits::kThreads>(dq_stage, Smem::kDqLd, dq, dq_row_ld, rows, qk_cols);
-    if constexpr (kPair && Smem::kPairSlotsInDqStage) sm90::release_pair_slots(pair_slots, rank ^ 1);
+    if constexpr (kSplit == 2)  // the exchange's slots are the dQ stage's memory
+      sm90::release_pair_slots(pair_slots, rank ^ 1);
+    else if constexpr (kSplit > 2)
+      sm90::release_cluster_slots<kSplit>(cluster_slots, rank);
     if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
   }
   cp_async_wait<0>();  // K and V, when no step ran
@@ -364,8 +374,11 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) fus
   using Smem = FusedBwdSmem<Traits, kFeatures>;
   constexpr int kSplit = Traits::kHeadSplit;  // > 1: clusters of kSplit CTAs take the work items together
   int exchanges = 0;
-  if constexpr (kSplit > 1)
-    sm90::init_exchange_slots<Traits::kThreads>(sm90::exchange_slots_at(smem, Smem::kPairOffset, Smem::kPairBarrierOffset));
+  if constexpr (kSplit == 2)
+    sm90::init_exchange_slots<Traits::kThreads>(sm90::exchange_slots_at(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset));
+  else if constexpr (kSplit > 2)
+    sm90::init_cluster_slots<Traits::kThreads, kSplit>(
+        sm90::cluster_slots_at(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset));
   for (std::int64_t index = blockIdx.x / kSplit; index < p.num_kv_blocks; index += gridDim.x / kSplit) {
     fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, index), smem, exchanges);
     __syncthreads();

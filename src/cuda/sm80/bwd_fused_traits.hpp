@@ -18,16 +18,17 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// kHeadSplit = 2 (sm_90, a cluster of two CTAs): each CTA of the pair owns kHeadDim of the
-// 2 x kHeadDim head dims of the same keys (D = 1024 as two halves of 512): its half of K, V, Q,
-// dO and of dK, dV, dQ. S and dP are summed over the pair through distributed shared memory
-// (sm90::push_pair_partials), so each CTA's traffic per FLOP is the D = 512 row's.
+// kHeadSplit > 1 (sm_90, a cluster of CTAs): each CTA of the cluster owns kHeadDim of the
+// kHeadSplit x kHeadDim head dims of the same keys (D = 512 as two halves of 256, D = 1024 as four
+// quarters): its share of K, V, Q, dO and of dK, dV, dQ. S and dP are summed over the cluster
+// through distributed shared memory (sm90::push_pair_partials, sm90::all_reduce_cluster), so each
+// CTA's traffic per FLOP is that of the row of its share's head dim.
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1>
 struct FusedBwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;  // per CTA: D and Dv both padded to kHeadDim * kHeadSplit
   static constexpr int kHeadSplit = kHeadSplit_;  // CTAs of a cluster that share the head dim
-  static_assert(kHeadSplit == 1 || kHeadSplit == 2);
+  static_assert(kHeadSplit == 1 || kHeadSplit == 2 || kHeadSplit == 4);
   static constexpr int kBlockM = kBlockM_;    // queries per step
   static constexpr int kBlockN = kBlockN_;    // keys per CTA
   static constexpr int kWarps = kWarps_;

@@ -19,24 +19,16 @@
 #include "cuda/sm80/fwd_traits.hpp"
 #include "cuda/sm80/score_mods.hpp"
 #include "cuda/sm80/softmax.hpp"
-#include "cuda/sm90/cluster.hpp"
 #include "cuda/tile_scheduler.hpp"
 
 namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// kHeadSplit > 1 (sm_90): the CTAs of a cluster share the head dim, kHeadDim columns each, and sum
-// their partial scores through distributed shared memory (sm90::push_cluster_partials);
-// `exchanges` counts the cluster's exchanges so far, across work items. The share is looked up
-// where it is used rather than kept live across the key loop.
 template <class Traits, unsigned kFeatures>
-__device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* smem, int& exchanges) {
+__device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* smem) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
-  constexpr int kSplit = Traits::kHeadSplit;
-  static_assert(kSplit == 1 || kFeatures == kPlain, "rows that split the head dim take plain problems only");
-  const auto share = [&] { return sm90::head_dim_share<kHeadDim, kSplit>(p); };
 
   WorkItem work = work_in;
   const SequenceInfo seq = sequence_info(p, work.b);
@@ -49,7 +41,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     rule.key_range(m0, m0 + rows, &key_begin, &key_end);
   }
   if (key_begin >= key_end) {
-    if (share().rank == 0) write_empty_rows<Traits>(p, seq, work.h, m0, rows);  // every CTA returns here
+    write_empty_rows<Traits>(p, seq, work.h, m0, rows);
     return;
   }
   const int n_first = int(key_begin / kBlockN), n_last = int((key_end - 1) / kBlockN);
@@ -78,8 +70,8 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
 
   // K and V pointers at the sequence's first key; tile n starts kBlockN * n rows further.
   const int hk = work.h / p.group;
-  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk) + share().col0;
-  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk) + share().col0;
+  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
+  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
   // Copies K or V tile n into shared memory (rows past the sequence's keys and head-dim columns
   // past `cols` zero-filled). Everything derived from the thread index is rebuilt from an opaque
   // copy of it at each use so that the compiler keeps no per-copy addresses live across the loop.
@@ -96,10 +88,10 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   {
     const int t = threadIdx.x;
     auto thr = load.get_thread_slice(t);
-    const Element* q_ptr = q_at<Element>(p, seq.batch, seq.q_begin + m0, work.h) + share().col0;
+    const Element* q_ptr = q_at<Element>(p, seq.batch, seq.q_begin + m0, work.h);
     Tensor gQ = cute::make_tensor(make_gmem_ptr(q_ptr), tile_q, make_stride(p.q_row_stride, _1{}));
     copy_predicated(load, thr.partition_S(gQ), thr.partition_D(sQ), thr.partition_S(make_identity_tensor(tile_q)), rows,
-                    share().qk_cols);
+                    p.head_dim);
   }
   // kBiasTile: the bias of key tile n goes to shared memory (after V) together with K(n).
   constexpr bool kTileBias = tiles_bias(kFeatures);
@@ -111,7 +103,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
         load_bias_tile<kBlockM, kBlockN, Traits::kThreads>(p, work.b, work.h, m0, std::int64_t(n) * kBlockN, seq.q_len,
                                                            seq.k_len, smem_bias);
   };
-  load_kv(k_ptr, p.k_row_stride, smem_k, n_last, share().qk_cols);
+  load_kv(k_ptr, p.k_row_stride, smem_k, n_last, p.head_dim);
   load_bias(n_last);
   cp_async_fence();
 
@@ -155,7 +147,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     clear(acc_s);
     cp_async_wait<0>();
     __syncthreads();  // K(n) landed; everyone is done with V(n + 1)
-    load_kv(v_ptr, p.v_row_stride, smem_v, n, share().v_cols);
+    load_kv(v_ptr, p.v_row_stride, smem_v, n, p.head_dim_v);
     cp_async_fence();
 
     CUTE_UNROLL
@@ -163,13 +155,6 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
       copy(q_s2r_copy, tSsQ(_, _, kk), tSrQ_view(_, _, kk));
       copy(k_s2r_copy, tSsK(_, _, kk), tSrK_view(_, _, kk));
       gemm(mma, tSrQ(_, _, kk), tSrK(_, _, kk), acc_s);
-    }
-    if constexpr (kSplit > 1) {
-      const sm90::ExchangeSlots slots =
-          sm90::exchange_slots_at(smem, Traits::kClusterSlotsOffset, Traits::kClusterBarrierOffset);
-      const int rank = share().rank;
-      sm90::push_cluster_partials<Traits::kThreads, kSplit>(slots, rank, exchanges++, acc_s);
-      sm90::release_cluster_slots<kSplit>(slots, rank);
     }
     // Tile coordinates of every score element, for mask, bias and dropout.
     Tensor tScS = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
@@ -185,7 +170,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n) (and its bias tile)
     if (n > n_first) {
-      load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, share().qk_cols);
+      load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, p.head_dim);
       load_bias(n - 1);
       cp_async_fence();
     }
@@ -233,27 +218,20 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   auto thr_mma = mma.get_thread_slice(threadIdx.x);
   float lse[decltype(size<0>(acc_o_rc))::value];
   softmax.finalize(acc_o_rc, (kFeatures & kDropout) && p.dropout ? p.dropout_scale : 1.0f, lse);
-  if (share().rank == 0)
-    write_lse(p, eseq, work.h, em0, erows, lse, rowcol(thr_mma.partition_C(make_identity_tensor(tile_q))));
-  Element* o_ptr = o_at<Element>(p, eseq.batch, eseq.q_begin + em0, work.h) + share().col0;
+  write_lse(p, eseq, work.h, em0, erows, lse, rowcol(thr_mma.partition_C(make_identity_tensor(tile_q))));
+  Element* o_ptr = o_at<Element>(p, eseq.batch, eseq.q_begin + em0, work.h);
   store_tile<Traits, typename Traits::SmemLayoutQ>(
       mma, convert_fragment<Element>(acc_o), smem_q,
-      cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{})), erows, share().v_cols);
+      cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{})), erows, p.head_dim_v);
 }
 
 template <class Traits, unsigned kFeatures>
 __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinCtasPerSm) forward_kernel(const __grid_constant__ FwdParams p) {
   extern __shared__ __align__(128) char smem[];
-  constexpr int kSplit = Traits::kHeadSplit;  // > 1: clusters of kSplit CTAs take the work items together
-  int exchanges = 0;
-  if constexpr (kSplit > 1)
-    sm90::init_exchange_slots<Traits::kThreads, kSplit>(
-        sm90::exchange_slots_at(smem, Traits::kClusterSlotsOffset, Traits::kClusterBarrierOffset));
-  for (std::int64_t index = blockIdx.x / kSplit; index < p.num_blocks; index += gridDim.x / kSplit) {
-    forward_tile<Traits, kFeatures>(p, decode_work(p, index), smem, exchanges);
+  for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
+    forward_tile<Traits, kFeatures>(p, decode_work(p, index), smem);
     __syncthreads();  // shared memory is reused by the next work item
   }
-  if constexpr (kSplit > 1) sm90::finish_exchanges();
 }
 
 }  // namespace memattn::cuda::sm80

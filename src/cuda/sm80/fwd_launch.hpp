@@ -90,19 +90,17 @@ Status launch_split(Kernel kernel, int threads, int smem, int split, std::int64_
   return launch_grid(kernel, threads, smem, work_items, cap, p, stream);
 }
 
-// The register forward's shared memory: Q, K, V, and the bias tile of the kBiasTile rows, or the
-// cluster's slots and barriers of the rows that split the head dim.
+// The register forward's shared memory: Q, K, V, and the bias tile of the kBiasTile rows.
 template <class Traits, unsigned kFeatures>
 constexpr int forward_smem_bytes() {
-  if constexpr (Traits::kHeadSplit > 1) return Traits::kClusterSmemBytes;
   return Traits::kSmemBytes +
          (tiles_bias(kFeatures) ? BiasTileShape<Traits::kBlockM, Traits::kBlockN>::kBytes : 0);
 }
 
 template <class Traits, unsigned kFeatures>
 Status launch_forward(const FwdParams& p, cudaStream_t stream) {
-  return launch_split(forward_kernel<Traits, kFeatures>, Traits::kThreads, forward_smem_bytes<Traits, kFeatures>(),
-                      Traits::kHeadSplit, p.num_blocks, p.grid_ctas, p, stream);
+  return launch(forward_kernel<Traits, kFeatures>, Traits::kThreads, forward_smem_bytes<Traits, kFeatures>(), p,
+                stream);
 }
 
 template <class Traits, unsigned kFeatures>

@@ -4,7 +4,6 @@
 
 #include <cute/tensor.hpp>
 
-#include <cstdint>
 #include <type_traits>
 
 namespace memattn::cuda::sm80 {
@@ -17,8 +16,7 @@ enum class Loads {
   element,   // one element per access: any head dim, stride and alignment
 };
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, Loads kLoads_, int kMinCtas_ = 1,
-          int kHeadSplit_ = 1>
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, Loads kLoads_, int kMinCtas_ = 1>
 struct FwdTraits {
   using Element = Element_;
   static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
@@ -83,15 +81,6 @@ struct FwdTraits {
   static constexpr int kSmemElemsQ = int(cosize_v<SmemLayoutQ>);
   static constexpr int kSmemElemsKV = int(cosize_v<SmemLayoutKV>);
   static constexpr int kSmemBytes = (kSmemElemsQ + 2 * kSmemElemsKV) * int(sizeof(Element));
-
-  // kHeadSplit > 1 (the forward kernel on sm_90): a cluster of kHeadSplit CTAs shares the head
-  // dim, kHeadDim columns each. After Q, K and V: the slots of the other CTAs' partial score tiles
-  // (kHeadSplit - 1 of them, fp32), then the cluster's two barriers (sm90::ExchangeSlots).
-  static constexpr int kHeadSplit = kHeadSplit_;
-  static constexpr int kClusterSlotsOffset = (kSmemBytes + 15) / 16 * 16;
-  static constexpr int kClusterBarrierOffset =
-      kClusterSlotsOffset + (kHeadSplit - 1) * kBlockM * kBlockN * int(sizeof(float));
-  static constexpr int kClusterSmemBytes = kClusterBarrierOffset + 2 * int(sizeof(std::uint64_t));
 };
 
 }  // namespace memattn::cuda::sm80

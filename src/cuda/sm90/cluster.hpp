@@ -1,7 +1,8 @@
 // Thread-block cluster primitives (sm_90): a CTA's rank in its cluster, the cluster barrier in
 // its split form, stores into another CTA's shared memory (distributed shared memory) and the
-// mbarriers that order them, and the exchanges of partial sums built from those (pairs, and
-// clusters of more). Only kernels compiled for sm_90 may call them (the family-90 rows).
+// mbarriers that order them, and the exchanges of partial sums built from those (a pair's, and a
+// reduce-scatter plus all-gather among more CTAs). Only kernels compiled for sm_90 may call them
+// (the family-90 rows).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -111,20 +112,19 @@ __device__ __forceinline__ ExchangeSlots exchange_slots_at(char* smem, int slots
   return {reinterpret_cast<float*>(smem + slots_offset), barriers, barriers + 1};
 }
 
-// Once, before the first exchange: every CTA's barriers exist before any arrives on another's.
-// `empty` counts the releases of the kRanks - 1 other CTAs' threads.
-template <int kThreads, int kRanks = 2>
+// Once, before the first exchange: both CTAs' barriers exist before either arrives on the other's.
+template <int kThreads>
 __device__ __forceinline__ void init_exchange_slots(const ExchangeSlots& s) {
   if (threadIdx.x == 0) {
     mbarrier_init(s.full, kThreads);
-    mbarrier_init(s.empty, (kRanks - 1) * kThreads);
+    mbarrier_init(s.empty, kThreads);
     fence_mbarrier_init();
   }
   cluster_arrive();
   cluster_wait();
 }
 
-// Once, before exit: no CTA of the cluster leaves while another may still store into its shared
+// Once, before exit: neither CTA of a pair leaves while the other may still store into its shared
 // memory or arrive on its barriers (the last exchange's pushes and `empty` arrivals).
 __device__ __forceinline__ void finish_exchanges() {
   cluster_arrive();
@@ -158,47 +158,109 @@ __device__ __forceinline__ void push_pair_partials(const ExchangeSlots& s, int o
 
 __device__ __forceinline__ void release_pair_slots(const ExchangeSlots& s, int other) { arrive_on_rank(s.empty, other); }
 
-// The same exchange among a cluster of kRanks > 2 CTAs: each thread pushes its accumulators into
-// every other CTA, into the slot group that CTA keeps for this one (groups in rank order, skipping
-// the CTA's own: kRanks - 1 groups of the accumulators' size), waits for its own groups to fill,
-// and sums the kRanks partials in rank order, so that every CTA of the cluster holds the same
-// sum bit for bit (fp32 addition does not associate). release_cluster_slots then frees this
-// CTA's groups to all the others.
-template <int kThreads, int kRanks, class Acc>
-__device__ __forceinline__ void push_cluster_partials(const ExchangeSlots& s, int rank, int count, Acc& acc) {
-  static_assert(kRanks > 2, "pairs: push_pair_partials");
-  constexpr int kSize = int(decltype(cute::size(acc))::value);
-  constexpr int kGroupSlots = kSize / 4;  // float4 slots per thread and group
-  static_assert(kSize % 4 == 0);
-  float4* mine = reinterpret_cast<float4*>(s.slots) + threadIdx.x;
-  arrive_expecting(s.full, (kRanks - 1) * kSize * int(sizeof(float)));
-  if (count > 0) wait_parity(s.empty, (count - 1) & 1);
-  CUTE_UNROLL
-  for (int other = 0; other < kRanks; ++other) {
-    if (other == rank) continue;
-    const int group = rank < other ? rank : rank - 1;  // this CTA's group in CTA `other`
-    CUTE_UNROLL
-    for (int i = 0; i < kSize; i += 4)
-      store_async_to_rank(mine + (group * kGroupSlots + i / 4) * kThreads, s.full, other,
-                          make_float4(acc(i), acc(i + 1), acc(i + 2), acc(i + 3)));
-  }
-  wait_parity(s.full, count & 1);
-  CUTE_UNROLL
-  for (int i = 0; i < kSize; i += 4) {
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    CUTE_UNROLL
-    for (int src = 0; src < kRanks; ++src) {
-      const int group = src < rank ? src : src > rank ? src - 1 : 0;  // (any valid group for its own)
-      const float4 v = src == rank ? make_float4(acc(i), acc(i + 1), acc(i + 2), acc(i + 3))
-                                   : mine[(group * kGroupSlots + i / 4) * kThreads];
-      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-    }
-    acc(i) = sum.x, acc(i + 1) = sum.y, acc(i + 2) = sum.z, acc(i + 3) = sum.w;
-  }
+// The same sum among kRanks > 2 CTAs, where pushing every partial to every other CTA would move
+// kRanks - 1 times the pair's bytes: a reduce-scatter, then an all-gather. Each thread's
+// accumulators, taken as one list, fall into kRanks equal parts; CTA q owns part q. The thread
+// pushes part q to CTA q (`scattered`), sums its own part over the cluster in rank order, pushes
+// that sum to every other CTA (`gathered`) and takes the other parts' sums from them. Each part
+// is summed once, so every CTA holds the same bits; each CTA sends 2 (kRanks - 1) / kRanks of its
+// partials instead of kRanks - 1 times them. The slots: kRanks - 1 groups of one part per
+// thread for the scatter, then as many for the gather (element-major, like the pair's).
+struct ClusterSlots {
+  float* slots;
+  std::uint64_t* scattered;  // this CTA's part from the other CTAs is in
+  std::uint64_t* gathered;   // the other CTAs' summed parts are in
+  std::uint64_t* empty;      // the other CTAs have released this CTA's previous pushes
+};
+
+__device__ __forceinline__ ClusterSlots cluster_slots_at(char* smem, int slots_offset, int barriers_offset) {
+  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + barriers_offset);
+  return {reinterpret_cast<float*>(smem + slots_offset), barriers, barriers + 1, barriers + 2};
+}
+constexpr int kClusterBarriers = 3;
+
+// The slots' bytes for a step whose accumulators hold `floats_per_thread` floats per thread.
+template <int kRanks>
+constexpr int cluster_slot_bytes(int threads, int floats_per_thread) {
+  return 2 * (kRanks - 1) * (floats_per_thread / kRanks) * threads * int(sizeof(float));
 }
 
+template <int kThreads, int kRanks>
+__device__ __forceinline__ void init_cluster_slots(const ClusterSlots& s) {
+  if (threadIdx.x == 0) {
+    mbarrier_init(s.scattered, kThreads);
+    mbarrier_init(s.gathered, kThreads);
+    mbarrier_init(s.empty, (kRanks - 1) * kThreads);
+    fence_mbarrier_init();
+  }
+  cluster_arrive();
+  cluster_wait();
+}
+
+// `count` numbers the calls (the barriers' phases), as for push_pair_partials.
+template <int kThreads, int kRanks, class AccA, class AccB>
+__device__ __forceinline__ void all_reduce_cluster(const ClusterSlots& s, int rank, int count, AccA& a, AccB& b) {
+  static_assert(kRanks > 2, "pairs: push_pair_partials");
+  constexpr int kSizeA = int(decltype(cute::size(a))::value), kSize = kSizeA + int(decltype(cute::size(b))::value);
+  static_assert(kSize % (4 * kRanks) == 0, "each part is whole float4s");
+  constexpr int kPart = kSize / kRanks, kPart4 = kPart / 4, kGroups = kRanks - 1;
+  float v[kSize];  // the accumulators as one list (registers: every index below is a constant)
+  CUTE_UNROLL
+  for (int i = 0; i < kSize; ++i) v[i] = i < kSizeA ? a(i) : b(i - kSizeA);
+  float4* mine = reinterpret_cast<float4*>(s.slots) + threadIdx.x;
+  // Slot j of group `group` (the source CTA's index among the others) of the scatter (area 0) or
+  // the gather (area 1).
+  const auto slot = [&](int area, int group, int j) { return mine + ((area * kGroups + group) * kPart4 + j) * kThreads; };
+  const auto part4 = [&](int part, int j) {
+    const float* e = v + part * kPart + 4 * j;
+    return make_float4(e[0], e[1], e[2], e[3]);
+  };
+  arrive_expecting(s.scattered, kGroups * kPart * int(sizeof(float)));
+  arrive_expecting(s.gathered, kGroups * kPart * int(sizeof(float)));
+  if (count > 0) wait_parity(s.empty, (count - 1) & 1);
+  CUTE_UNROLL
+  for (int q = 0; q < kRanks; ++q) {
+    if (q == rank) continue;
+    CUTE_UNROLL
+    for (int j = 0; j < kPart4; ++j) store_async_to_rank(slot(0, rank < q ? rank : rank - 1, j), s.scattered, q, part4(q, j));
+  }
+  wait_parity(s.scattered, count & 1);
+  CUTE_UNROLL
+  for (int q = 0; q < kRanks; ++q) {
+    if (q != rank) continue;
+    CUTE_UNROLL
+    for (int j = 0; j < kPart4; ++j) {
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      CUTE_UNROLL
+      for (int src = 0; src < kRanks; ++src) {
+        const float4 x = src == q ? part4(q, j) : *slot(0, src < q ? src : src - 1, j);
+        sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+      }
+      float* e = v + q * kPart + 4 * j;
+      e[0] = sum.x, e[1] = sum.y, e[2] = sum.z, e[3] = sum.w;
+      CUTE_UNROLL
+      for (int other = 0; other < kRanks; ++other)
+        if (other != q) store_async_to_rank(slot(1, q < other ? q : q - 1, j), s.gathered, other, sum);
+    }
+  }
+  wait_parity(s.gathered, count & 1);
+  CUTE_UNROLL
+  for (int q = 0; q < kRanks; ++q) {
+    if (q == rank) continue;
+    CUTE_UNROLL
+    for (int j = 0; j < kPart4; ++j) {
+      const float4 x = *slot(1, q < rank ? q : q - 1, j);
+      float* e = v + q * kPart + 4 * j;
+      e[0] = x.x, e[1] = x.y, e[2] = x.z, e[3] = x.w;
+    }
+  }
+  CUTE_UNROLL
+  for (int i = 0; i < kSize; ++i) (i < kSizeA ? a(i) : b(i - kSizeA)) = v[i];
+}
+
+// After the last read of this CTA's slots (both areas): the others may push into them again.
 template <int kRanks>
-__device__ __forceinline__ void release_cluster_slots(const ExchangeSlots& s, int rank) {
+__device__ __forceinline__ void release_cluster_slots(const ClusterSlots& s, int rank) {
   CUTE_UNROLL
   for (int other = 0; other < kRanks; ++other)
     if (other != rank) arrive_on_rank(s.empty, other);
