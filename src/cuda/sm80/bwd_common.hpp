@@ -131,7 +131,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   // not give P = 0.
   constexpr bool kScaleInExp = (kFeatures & kBias) == 0;
   if constexpr (!kScaleInExp)
-    transform_scores<Element, (kFeatures & kBias) != 0, kKeyRows>(p, rule, t, masked, s, coord, shared_bias);
+    transform_scores<Element, bias_code(kFeatures), kKeyRows>(p, rule, t, masked, s, coord, shared_bias);
   const float exp_scale = kScaleInExp ? p.scale_log2 : 1.0f;
   const bool dropout = (kFeatures & kDropout) != 0 && p.dropout;
   const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);

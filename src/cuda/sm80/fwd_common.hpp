@@ -21,6 +21,15 @@ enum Features : unsigned { kPlain = 0, kBias = 1, kDropout = 2, kBiasTile = 4, k
 // Whether a kernel with these features reads the bias through a shared-memory tile.
 constexpr bool tiles_bias(unsigned features) { return (features & kBias) != 0 && (features & kBiasTile) != 0; }
 
+// The bias code a kernel compiles into its score transform: none; per-element reads from global
+// memory (any strides); or reads from a SharedBias tile only. A row with a bias tile is only
+// given a bias it can tile (the dispatcher's rule), so the per-element path would be dead code in
+// its key loop, where it took instruction-cache room and registers.
+enum class BiasCode { none, global, tile };
+constexpr BiasCode bias_code(unsigned features) {
+  return (features & kBias) == 0 ? BiasCode::none : tiles_bias(features) ? BiasCode::tile : BiasCode::global;
+}
+
 template <class Element>
 __device__ __forceinline__ const Element* element_ptr(const void* base, std::int64_t offset) {
   return static_cast<const Element*>(base) + offset;

@@ -165,7 +165,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     if constexpr (kTileBias)
       if (p.bias != nullptr) shared_bias = {smem_bias, BiasTile::kPitch};
     if constexpr (!kScaleInSoftmax)
-      transform_scores_rows<Element, (kFeatures & kBias) != 0>(p, rule, origin, kMasked, acc_s, tScS, shared_bias);
+      transform_scores_rows<Element, bias_code(kFeatures)>(p, rule, origin, kMasked, acc_s, tScS, shared_bias);
 
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n) (and its bias tile)

@@ -10,6 +10,7 @@
 #include "core/mask.hpp"
 #include "core/philox.hpp"
 #include "cuda/fwd_params.hpp"
+#include "cuda/sm80/fwd_common.hpp"
 #include "cuda/sm80/fragments.hpp"
 
 namespace memattn::cuda::sm80 {
@@ -73,23 +74,36 @@ __device__ __forceinline__ void cp_async_zfill16(void* smem_dst, const void* gme
 }
 
 // Issues the cp.async copies of the bias of query rows m0.. and keys n0.. of sequence b, head h
-// into a BiasTileShape<kRows, kCols> tile (rows past q_len and keys past k_len read as zero).
-// Needs bias_col_stride == 1 and 16-byte aligned rows (the dispatcher checks).
+// into a BiasTileShape<kRows, kCols> tile (rows past q_len and keys past k_len read as zero), for
+// a bias of kElemBytes-byte elements. Needs bias_col_stride == 1 and 16-byte aligned rows (the
+// dispatcher checks). The element size is a template argument so that a copy's row and chunk
+// come from shifts: with a run-time size each was an integer division, ~20 instructions a copy,
+// in a loop that runs once per key tile.
+template <int kRows, int kCols, int kThreads, int kElemBytes>
+__device__ __forceinline__ void load_bias_tile_of(const FwdParams& p, int b, int h, std::int64_t m0, std::int64_t n0,
+                                                  std::int64_t q_len, std::int64_t k_len, char* dst) {
+  using Shape = BiasTileShape<kRows, kCols>;
+  constexpr int kElemsPerChunk = 16 / kElemBytes, kChunksPerRow = kCols / kElemsPerChunk;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kCols % kElemsPerChunk == 0);
+  const char* base = static_cast<const char*>(p.bias) +
+                     (std::int64_t(b) * p.bias_batch_stride + std::int64_t(h) * p.bias_head_stride) * kElemBytes;
+  // Not unrolled: the registers of unrolled copies made the 168-register forward bias row spill.
+#pragma unroll 1
+  for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+    const int r = c / kChunksPerRow, k = c % kChunksPerRow;
+    const std::int64_t i = m0 + r, j = n0 + k * kElemsPerChunk;
+    const int bytes = i < q_len && j < k_len ? int(min(std::int64_t(16), (k_len - j) * kElemBytes)) : 0;
+    const char* src = bytes > 0 ? base + (i * p.bias_row_stride + j) * kElemBytes : base;
+    cp_async_zfill16(dst + r * Shape::kPitch + k * 16, src, bytes);
+  }
+}
+
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_bias_tile(const FwdParams& p, int b, int h, std::int64_t m0, std::int64_t n0,
                                                std::int64_t q_len, std::int64_t k_len, char* dst) {
-  using Shape = BiasTileShape<kRows, kCols>;
-  const int esize = p.bias_is_f32 ? 4 : 2;
-  const int chunks_per_row = kCols * esize / 16;
-  const char* base = static_cast<const char*>(p.bias) +
-                     (std::int64_t(b) * p.bias_batch_stride + std::int64_t(h) * p.bias_head_stride) * esize;
-  for (int c = threadIdx.x; c < kRows * chunks_per_row; c += kThreads) {
-    const int r = c / chunks_per_row, k = c % chunks_per_row;
-    const std::int64_t i = m0 + r, j = n0 + std::int64_t(k) * (16 / esize);
-    const int bytes = i < q_len && j < k_len ? int(min(std::int64_t(16), (k_len - j) * esize)) : 0;
-    const char* src = bytes > 0 ? base + (i * p.bias_row_stride + j) * esize : base;
-    cp_async_zfill16(dst + r * Shape::kPitch + k * 16, src, bytes);
-  }
+  if (p.bias_is_f32) load_bias_tile_of<kRows, kCols, kThreads, 4>(p, b, h, m0, n0, q_len, k_len, dst);
+  else load_bias_tile_of<kRows, kCols, kThreads, 2>(p, b, h, m0, n0, q_len, k_len, dst);
 }
 
 // Adds a SharedBias tile (elements of type BiasT) to scaled scores in the rows x cols view of
@@ -125,16 +139,17 @@ __device__ __forceinline__ void add_shared_bias_pairs(const FwdParams& p, const 
 }
 
 // s <- log2(e) * (scale * s + bias), and -inf where the mask hides the key (only when `masked`:
-// tiles fully inside the window skip the per-element test). kBiasCode compiles the bias in; a
-// problem without bias still runs such a kernel (p.bias is null then). With a SharedBias tile
-// (query rows m0.., key columns n0.., whichever way round the scores are) the bias comes from
-// shared memory.
-template <class Element, bool kBiasCode, bool kKeyRows = false, class Scores, class Coords>
+// tiles fully inside the window skip the per-element test). kBias says which bias code is
+// compiled in; a problem without bias still runs such a kernel (p.bias is null then). With a
+// SharedBias tile (query rows m0.., key columns n0.., whichever way round the scores are) the
+// bias comes from shared memory.
+template <class Element, BiasCode kBias, bool kKeyRows = false, class Scores, class Coords>
 __device__ __forceinline__ void transform_scores(const FwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
                                                  bool masked, Scores& s, const Coords& coord,
                                                  SharedBias shared_bias = {}) {
-  const bool tile_bias = kBiasCode && shared_bias.tile != nullptr;
-  const bool has_bias = kBiasCode && p.bias != nullptr && !tile_bias;
+  constexpr bool kBiasCode = kBias != BiasCode::none;
+  const bool tile_bias = kBias == BiasCode::tile && shared_bias.tile != nullptr;
+  const bool has_bias = kBias == BiasCode::global && p.bias != nullptr;
   const char* bias_base = nullptr;
   if (has_bias)
     bias_base = static_cast<const char*>(p.bias) +
@@ -163,7 +178,7 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
           int r, c;
           tile_row_col<kKeyRows>(coord, e, &r, &c);
           x = fmaf(shared_bias_at<Element>(p, shared_bias, r, c), kLog2e, x);
-        } else if (has_bias && i < t.q_len && j < t.k_len) {
+        } else if (kBias == BiasCode::global && has_bias && i < t.q_len && j < t.k_len) {
           const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
           const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
                                         : float(reinterpret_cast<const Element*>(bias_base)[off]);
@@ -226,7 +241,7 @@ __device__ __forceinline__ void apply_dropout(const FwdParams& p, const TileOrig
 // row and each element compares a constant against them: no 64-bit index or per-element
 // coordinate stays live across the key loop.
 // With a SharedBias tile the bias comes from shared memory (zero-filled past the sequence).
-template <class Element, bool kBiasCode, class Scores, class Coords>
+template <class Element, BiasCode kBias, class Scores, class Coords>
 __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const detail::MaskRule& rule,
                                                       const TileOrigin& t, bool masked, Scores& s, const Coords& coord,
                                                       SharedBias shared_bias = {}) {
@@ -239,12 +254,13 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
   const int col0 = get<1>(c_rc(0, 0));
   const std::int64_t base_i = t.m0 + row0;
   const auto clamp32 = [](std::int64_t v) { return int(v < -kSpan ? -kSpan : v > kSpan ? kSpan : v); };
-  const bool tile_bias = kBiasCode && shared_bias.tile != nullptr;
+  constexpr bool kGlobalBias = kBias == BiasCode::global;  // the per-element path below
+  const bool tile_bias = kBias == BiasCode::tile && shared_bias.tile != nullptr;
   if (tile_bias) {
     if (p.bias_is_f32) add_shared_bias_pairs<float>(p, shared_bias, s_rc, c_rc);
     else add_shared_bias_pairs<Element>(p, shared_bias, s_rc, c_rc);
   } else {
-    const bool has_bias = kBiasCode && p.bias != nullptr;  // read from global memory
+    const bool has_bias = kGlobalBias && p.bias != nullptr;  // read from global memory
     [[maybe_unused]] const int rows_in = clamp32(t.q_len - base_i), cols_in = clamp32(t.k_len - t.n0 - col0);
     const char* bias_row = nullptr;
     std::int64_t bias_cs = 0;
@@ -259,13 +275,13 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
     for (int r = 0; r < kRows; ++r) {
       const int dr = get<0>(c_rc(r, 0)) - row0;  // a constant
       [[maybe_unused]] std::int64_t boff = 0;
-      if constexpr (kBiasCode)
+      if constexpr (kGlobalBias)
         if (has_bias) boff = std::int64_t(dr) * p.bias_row_stride;
       CUTE_UNROLL
       for (int c = 0; c < kCols; ++c) {
         const int dc = get<1>(c_rc(0, c)) - col0;  // a constant
         float x = s_rc(r, c) * p.scale_log2;
-        if constexpr (kBiasCode) {
+        if constexpr (kGlobalBias) {
           if (has_bias && dr < rows_in && dc < cols_in) {
             const std::int64_t off = boff + std::int64_t(dc) * bias_cs;
             const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_row) + off)
