@@ -59,10 +59,15 @@ SM80_FEATURED_EXTRA_TILES = {
 #   (128 x 64 with 8 warps: 125; at D = 256 no gain, so no row). Backward (dK/dV spills 16-68 B
 #   instead of ~500): dropout D = 64 53 -> 59, D = 128 79 -> 91; bias D = 128 59 -> 66, D = 64 +3%.
 SM80_BIAS_TILE_BUCKETS = (64, 128, 256)
-SM80_BIAS_ONLY_TILES = {64: ((128, 64, 4),), 128: ((64, 64, 4), (128, 64, 8))}  # first: the default
-# CTAs per SM asked of the compiler for a bucket's default bias-only row (registers capped so that
-# they fit): the D = 128 64 x 64 tile used 174 registers, two CTAs of 4 warps per SM.
-SM80_BIAS_ONLY_MIN_CTAS = {128: 3}
+# Since round 35 (the tile rows without the per-element path, 2026-11-22 (10)) the D = 128 bias
+# row fits the plain row's 128 x 64 tile of four 32-row warps without spills (255 registers, two
+# CTAs per SM): dense bias S = 2048 273 against 244 for 64 x 64 (three CTAs per SM, 16-row warps
+# that load K and V fragments for half as many rows and twice as many K/V tiles per FLOP) and 190
+# for 128 x 64 with eight warps; broadcast bias S = 8192 288 vs 251.
+SM80_BIAS_ONLY_TILES = {64: ((128, 64, 4),), 128: ((128, 64, 4), (64, 64, 4), (128, 64, 8))}  # first: the default
+# CTAs per SM asked of the compiler for a bias-only tile (registers capped so that they fit): the
+# D = 128 64 x 64 tile used 174 registers, two CTAs of 4 warps per SM.
+SM80_BIAS_ONLY_MIN_CTAS = {(128, (64, 64, 4)): 3}
 SM80_DROPOUT_ONLY_BUCKETS = (64, 256)
 SM80_BACKWARD_DROPOUT_ONLY_BUCKETS = (64, 128)
 SM80_BACKWARD_BIAS_ONLY_BUCKETS = (64, 128)
@@ -256,7 +261,7 @@ def all_rows():
             for variant, (bm, bn, warps) in enumerate(SM80_BIAS_ONLY_TILES.get(head_dim, ())):
                 rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", True, False,
                                 variant, bias_tile=True,
-                                min_ctas=SM80_BIAS_ONLY_MIN_CTAS.get(head_dim, 1) if variant == 0 else 1))
+                                min_ctas=SM80_BIAS_ONLY_MIN_CTAS.get((head_dim, (bm, bn, warps)), 1)))
             if head_dim in SM80_DROPOUT_ONLY_BUCKETS:
                 rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, True,
                                 dropout_paired=True))
