@@ -44,10 +44,9 @@ using namespace cute;
 // the eight rows of an m16n8 atom's stores on different banks).
 // With kBiasTile rows, then the bias of the step's (query tile, key tile) (BiasTileShape),
 // which gradient_tile overwrites with dS when dbias leaves from it (p.dbias_tile). With
-// kHeadSplit > 1, the slots of the S and dP partial sums the cluster's CTAs exchange are the dQ
-// stage's memory (free from a step's start to its dQ GEMM; the CTA releases the slots after its
-// dQ flush), and the exchange's barriers follow the rest (a pair's two, sm90::ExchangeSlots; a
-// larger cluster's three, sm90::ClusterSlots).
+// kHeadSplit > 1, the slots of the S and dP partial sums the cluster's CTAs exchange
+// (sm90::PartialSums) are the dQ stage's memory (free from a step's start to its dQ GEMM; the CTA
+// releases the slots after its dQ flush), and the exchange's barriers follow the rest.
 template <class Traits, unsigned kFeatures>
 struct FusedBwdSmem {
   static constexpr int kK = 0;
@@ -63,14 +62,14 @@ struct FusedBwdSmem {
   static constexpr int kBiasOffset = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
   static constexpr int kEnd = (kBiasOffset + (tiles_bias(kFeatures) ? BiasTile::kBytes : 0) + 15) / 16 * 16;
   static constexpr int kSplit = Traits::kHeadSplit;
+  // The exchange of kSplit > 1 rows (a pair's type stands in for kSplit = 1, unused).
+  using Exchange = sm90::PartialSums<Traits::kThreads, (kSplit > 1 ? kSplit : 2)>;
   static constexpr int kScoreFloats = 2 * Traits::kBlockM * Traits::kBlockN;  // S and dP
-  static constexpr int kExchangeSlotBytes =
-      kSplit > 2 ? sm90::cluster_slot_bytes<kSplit>(Traits::kThreads, kScoreFloats / Traits::kThreads)
-                 : kScoreFloats * int(sizeof(float));
+  static constexpr int kExchangeSlotBytes = Exchange::slot_bytes(kScoreFloats / Traits::kThreads);
   static constexpr int kExchangeOffset = kDqOffset;
   static constexpr int kExchangeBarrierOffset = kEnd;
-  static constexpr int kBarriers = kSplit > 2 ? sm90::kClusterBarriers : 2;
-  static constexpr int kBytes = kSplit > 1 ? kExchangeBarrierOffset + kBarriers * int(sizeof(std::uint64_t)) : kEnd;
+  static constexpr int kBytes =
+      kSplit > 1 ? kExchangeBarrierOffset + Exchange::kBarriers * int(sizeof(std::uint64_t)) : kEnd;
   static_assert(kExchangeOffset % 16 == 0 && kExchangeBarrierOffset % 8 == 0);
   // sdp_split_head_dim also stages in the dQ stage, in the middle of the exchange's lifetime.
   static_assert(kSplit == 1 || Traits::kSdpSlices == 1, "split rows compute S and dP in one slice");
@@ -237,8 +236,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   float* delta = lse2 + kQueries;
   float* dq_stage = reinterpret_cast<float*>(smem + Smem::kDqOffset);
   char* smem_bias = smem + Smem::kBiasOffset;
-  const sm90::ExchangeSlots pair_slots = sm90::exchange_slots_at(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset);
-  const sm90::ClusterSlots cluster_slots = sm90::cluster_slots_at(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset);
+  const typename Smem::Exchange exchange(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset, rank);
   const bool tile_bias = tiles_bias(kFeatures) && p.bias != nullptr;
   const bool stage_dbias = tile_bias && p.dbias_tile;
 
@@ -309,10 +307,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t);
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t);
     }
-    if constexpr (kSplit == 2)
-      sm90::push_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges++, acc_s, acc_dp);
-    else if constexpr (kSplit > 2)
-      sm90::all_reduce_cluster<Traits::kThreads, kSplit>(cluster_slots, rank, exchanges++, acc_s, acc_dp);
+    if constexpr (kSplit > 1) exchange.sum(exchanges++, acc_s, acc_dp);
     const Tensor coord_s = mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
@@ -350,10 +345,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     }
     __syncthreads();  // dQ is staged
     flush_staged<kHeadDim, Traits::kThreads>(dq_stage, Smem::kDqLd, dq, dq_row_ld, rows, qk_cols);
-    if constexpr (kSplit == 2)  // the exchange's slots are the dQ stage's memory
-      sm90::release_pair_slots(pair_slots, rank ^ 1);
-    else if constexpr (kSplit > 2)
-      sm90::release_cluster_slots<kSplit>(cluster_slots, rank);
+    if constexpr (kSplit > 1) exchange.release();  // the exchange's slots are the dQ stage's memory
     if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
   }
   cp_async_wait<0>();  // K and V, when no step ran
@@ -374,11 +366,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) fus
   using Smem = FusedBwdSmem<Traits, kFeatures>;
   constexpr int kSplit = Traits::kHeadSplit;  // > 1: clusters of kSplit CTAs take the work items together
   int exchanges = 0;
-  if constexpr (kSplit == 2)
-    sm90::init_exchange_slots<Traits::kThreads>(sm90::exchange_slots_at(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset));
-  else if constexpr (kSplit > 2)
-    sm90::init_cluster_slots<Traits::kThreads, kSplit>(
-        sm90::cluster_slots_at(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset));
+  if constexpr (kSplit > 1)
+    typename Smem::Exchange(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset, sm90::cluster_rank()).init();
   for (std::int64_t index = blockIdx.x / kSplit; index < p.num_kv_blocks; index += gridDim.x / kSplit) {
     fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, index), smem, exchanges);
     __syncthreads();

@@ -21,7 +21,7 @@ using namespace cute;
 // kHeadSplit > 1 (sm_90, a cluster of CTAs): each CTA of the cluster owns kHeadDim of the
 // kHeadSplit x kHeadDim head dims of the same keys (D = 512 as two halves of 256, D = 1024 as four
 // quarters): its share of K, V, Q, dO and of dK, dV, dQ. S and dP are summed over the cluster
-// through distributed shared memory (sm90::push_pair_partials, sm90::all_reduce_cluster), so each
+// through distributed shared memory (sm90::PartialSums), so each
 // CTA's traffic per FLOP is that of the row of its share's head dim.
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1>
 struct FusedBwdTraits {

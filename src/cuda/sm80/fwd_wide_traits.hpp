@@ -17,6 +17,7 @@
 
 #include <cute/tensor.hpp>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "cuda/sm80/fwd_traits.hpp"
@@ -74,7 +75,7 @@ struct WideFwdTraits {
   static_assert(kHeadSplit == 1 || kHeadSplit == 2);
   static constexpr int kExchangeOffset = (kStatsOffset + kStatFloats * int(sizeof(float)) + 15) / 16 * 16;
   static constexpr int kBarrierOffset = kExchangeOffset + kBlockM * kBlockN * int(sizeof(float));
-  static constexpr int kSmemBytes = kHeadSplit > 1 ? kBarrierOffset + 2 * 8 : kExchangeOffset;
+  static constexpr int kSmemBytes = kHeadSplit > 1 ? kBarrierOffset + 2 * int(sizeof(std::uint64_t)) : kExchangeOffset;
 };
 
 }  // namespace memattn::cuda::sm80

@@ -178,7 +178,7 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
           int r, c;
           tile_row_col<kKeyRows>(coord, e, &r, &c);
           x = fmaf(shared_bias_at<Element>(p, shared_bias, r, c), kLog2e, x);
-        } else if (kBias == BiasCode::global && has_bias && i < t.q_len && j < t.k_len) {
+        } else if (has_bias && i < t.q_len && j < t.k_len) {
           const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
           const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
                                         : float(reinterpret_cast<const Element*>(bias_base)[off]);

@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 
 #include <cstdint>
@@ -26,7 +28,7 @@ __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 // The head-dim columns a CTA owns: [col0, col0 + qk_cols) of D and [col0, col0 + v_cols) of Dv.
-// kSplit = 1 (no cluster): all of them; kSplit = 2: its rank's kColumns of the pair's.
+// kSplit = 1 (no cluster): all of them; kSplit > 1: its rank's kColumns of the cluster's.
 struct HeadDimShare {
   int rank, col0, qk_cols, v_cols;
 };
@@ -56,7 +58,7 @@ __device__ __forceinline__ std::uint32_t map_to_rank(const void* local, int rank
 // or barrier.cluster.arrive with .release.cluster) compiles to MEMBAR.ALL.GPU, which waits for the
 // thread's outstanding global reductions and copies (the backward's dQ atomics, the forward's
 // cp.async prefetches): measured as 1.75 membar stall cycles per issued instruction in the D = 1024
-// backward pair (ncu, 2026-11-22 (9)). The pair's data therefore moves by st.async, whose
+// backward pair (ncu, 2026-11-22 (9)). The exchanged data therefore moves by st.async, whose
 // completion the receiving CTA's mbarrier tracks in bytes, and the "slots free" signal is an
 // arrive with release at CTA scope (no fence; it follows the reads whose values it waited for).
 
@@ -265,5 +267,43 @@ __device__ __forceinline__ void release_cluster_slots(const ClusterSlots& s, int
   for (int other = 0; other < kRanks; ++other)
     if (other != rank) arrive_on_rank(s.empty, other);
 }
+
+// The sum of partial accumulators over a cluster of kRanks CTAs, for kernels that take either
+// size: a pair's push (kRanks = 2) or the reduce-scatter and all-gather (kRanks > 2), over slots
+// and barriers at given offsets of the CTA's shared memory. init() once before the first sum,
+// sum() per exchange (`count` numbers them), release() after the last read of the slots.
+template <int kThreads, int kRanks>
+struct PartialSums {
+  static_assert(kRanks >= 2);
+  using Slots = std::conditional_t<(kRanks > 2), ClusterSlots, ExchangeSlots>;
+  static constexpr int kBarriers = kRanks > 2 ? kClusterBarriers : 2;
+  // Bytes of the slots for accumulators of `floats_per_thread` floats per thread.
+  static constexpr int slot_bytes(int floats_per_thread) {
+    return kRanks > 2 ? cluster_slot_bytes<kRanks>(kThreads, floats_per_thread)
+                      : floats_per_thread * kThreads * int(sizeof(float));
+  }
+
+  Slots slots;
+  int rank;
+
+  __device__ __forceinline__ PartialSums(char* smem, int slots_offset, int barriers_offset, int rank_)
+      : rank(rank_) {
+    if constexpr (kRanks > 2) slots = cluster_slots_at(smem, slots_offset, barriers_offset);
+    else slots = exchange_slots_at(smem, slots_offset, barriers_offset);
+  }
+  __device__ __forceinline__ void init() const {
+    if constexpr (kRanks > 2) init_cluster_slots<kThreads, kRanks>(slots);
+    else init_exchange_slots<kThreads>(slots);
+  }
+  template <class AccA, class AccB>
+  __device__ __forceinline__ void sum(int count, AccA& a, AccB& b) const {
+    if constexpr (kRanks > 2) all_reduce_cluster<kThreads, kRanks>(slots, rank, count, a, b);
+    else push_pair_partials<kThreads>(slots, rank ^ 1, count, a, b);
+  }
+  __device__ __forceinline__ void release() const {
+    if constexpr (kRanks > 2) release_cluster_slots<kRanks>(slots, rank);
+    else release_pair_slots(slots, rank ^ 1);
+  }
+};
 
 }  // namespace memattn::cuda::sm90
