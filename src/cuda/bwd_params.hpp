@@ -39,6 +39,13 @@ struct BwdParams : FwdParams {
   // A dense 16-bit dbias with unit column stride and 16-byte aligned rows, on a kBiasTile row: the
   // dQ kernel stages each tile's dS in the bias tile's shared memory and writes 16 bytes at a time.
   bool dbias_tile;
+  // dbias elements that no gradient kernel writes (the tiles a mask skips, the pairs across
+  // variable-length sequences) are zeroed before the kernels run: dbias_zero. Without a mask or
+  // variable lengths every element is written, and the zeroing (a second pass over a dense
+  // [B, H, M, M] dbias) is skipped. A dbias that fills its memory without gaps is zeroed by one
+  // memset of dbias_dense_bytes bytes (0: element by element).
+  bool dbias_zero;
+  std::int64_t dbias_dense_bytes;
   float scale;  // softmax scale (dK and dQ carry it)
   // delta = rowsum(dO * O), fp32 [batch][heads_q][rows of q] with rows_per_batch = q.sizes[1].
   float* delta;

@@ -2,6 +2,7 @@
 // priority order, take the first row that fits, launch it. When none fits, say why per family.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -25,6 +26,10 @@ struct Need {
   bool bias, dropout;
   bool aligned;  // 16-byte rows and pointers (alignment 8 elements)
   bool bias_tileable = false;  // bias with unit column stride and 16-byte rows and pointer
+  // No dbias, or one that a bias-tile row can write: through its fp32 workspace (broadcast
+  // dimensions) or from the tile (16-bit, 16-byte rows); those rows carry no per-element dbias
+  // stores (backward).
+  bool dbias_stageable = true;
   bool deterministic = false;  // bit-reproducible results asked for (backward)
   double queries_per_key = 0;  // visible (query, key) pairs per key (backward)
   int compute_capability;
@@ -114,20 +119,46 @@ double queries_per_key(const detail::Problem& p) {
   return keys > 0 ? p.visible_pairs() / (double(keys) * double(p.heads_q)) : 0.0;
 }
 
-Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
-  Need n = need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
-  n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
-  n.deterministic = a.deterministic;
-  n.queries_per_key = queries_per_key(p);
-  return n;
-}
-
 // Whether a dense 16-bit dbias can be written 16 bytes at a time from the bias tile's shared
 // memory.
 bool dbias_tileable(const TensorRef& dbias) {
   const bool steps[3] = {dbias.sizes[0] > 1, dbias.sizes[1] > 1, dbias.sizes[2] > 1};
   return dbias.dtype != DType::f32 && rows_tileable(dbias, steps);
 }
+
+// Whether dbias sums over a broadcast dimension (then dS goes through an fp32 workspace).
+bool dbias_summed(const detail::Problem& p) {
+  const std::int64_t full[4] = {p.batch, p.heads_q, p.seqlen_q, p.seqlen_k};
+  for (int d = 0; d < 4; ++d)
+    if (p.bias_broadcast[d] && full[d] > 1) return true;
+  return false;
+}
+
+Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
+  Need n = need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
+  n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
+  n.dbias_stageable = !p.has_dbias || dbias_summed(p) || dbias_tileable(a.dbias);
+  n.deterministic = a.deterministic;
+  n.queries_per_key = queries_per_key(p);
+  return n;
+}
+
+// The bytes a tensor spans when its elements fill them without gaps or overlaps (any order of
+// the dimensions), else 0.
+std::int64_t dense_bytes(const TensorRef& t) {
+  int order[4] = {0, 1, 2, 3};
+  std::sort(order, order + t.rank, [&](int x, int y) { return t.strides[x] < t.strides[y]; });
+  std::int64_t expected = 1;
+  for (int i = 0; i < t.rank; ++i) {
+    const int d = order[i];
+    if (t.sizes[d] == 0) return 0;
+    if (t.sizes[d] == 1) continue;
+    if (t.strides[d] != expected) return 0;
+    expected *= t.sizes[d];
+  }
+  return expected * std::int64_t(dtype_size(t.dtype));
+}
+
 
 // Why a row cannot run a problem; empty when it can.
 template <class Row>
@@ -142,6 +173,9 @@ std::string misfit(const Row& k, const Need& n) {
   if (n.dropout && !k.dropout) return "no dropout";
   if (n.bias && k.bias_tile && !n.bias_tileable)
     return "bias tile needs a bias with unit key stride and 16-byte aligned rows and pointer";
+  if (n.bias && k.bias_tile && !n.dbias_stageable)
+    return "bias tile writes a dbias without broadcast dimensions from the tile: needs it 16-bit, with unit key "
+           "stride and 16-byte aligned rows and pointer";
   if (n.deterministic && k.atomics) return "uses atomics (not deterministic)";
   if (n.smem_per_block > 0)
     if (const int bytes = row_smem_bytes(k); bytes > n.smem_per_block)
@@ -359,7 +393,9 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   };
   reserve(std::size_t(a.q.sizes[0]) * std::size_t(p.heads_q) * std::size_t(a.q.sizes[1]) * sizeof(float));
   const std::int64_t dbias_accum = p.has_dbias ? plan_dbias_accum(p, a.deterministic, &b) : 0;
-  b.dbias_tile = k.bias_tile && p.has_dbias && dbias_accum == 0 && dbias_tileable(a.dbias);
+  b.dbias_tile = k.bias_tile && p.has_dbias && dbias_accum == 0;  // then tileable (misfit)
+  b.dbias_zero = p.has_dbias && dbias_accum == 0 && (p.is_masked() || p.varlen);
+  b.dbias_dense_bytes = b.dbias_zero ? dense_bytes(a.dbias) : 0;
   plan->dbias_accum_offset = dbias_accum > 0 ? reserve(std::size_t(dbias_accum) * sizeof(float)) : 0;
   const auto grad_accum = [&](GradAccum* g, const TensorRef& t, std::int64_t cols, std::size_t* offset) {
     g->batch = t.sizes[0], g->rows = t.sizes[1], g->heads = t.sizes[2];

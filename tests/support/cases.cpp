@@ -95,6 +95,13 @@ std::vector<NamedCase> feature_cases(DType dtype, Backend backend) {
       // Strides.
       {"kv_stride0", [] { auto s = shape(3, 30, 40, 2, 2, 32, 32); s.kv_broadcast_batch = true; return s; }()},
       {"padded_strides", [] { auto s = with_bias(shape(2, 30, 41, 2, 1, 20, 28), BiasKind::dense); s.padding = 3; return s; }()},
+      // A window skips tiles, whose dbias no kernel writes: zeroed first, here element by element
+      // (padded rows: dbias's memory has gaps).
+      {"padded_window_bias", [] {
+         auto s = with_bias(with_mask(shape(2, 90, 110, 2, 2, 32, 32), 9, 2, TL), BiasKind::dense);
+         s.padding = 3;
+         return s;
+       }()},
       {"bias_f32_expanded", [] {
          auto s = with_bias(shape(2, 30, 40, 2, 2, 32, 32), BiasKind::broadcast_heads);
          s.bias_f32 = true;

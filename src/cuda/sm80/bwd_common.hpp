@@ -119,8 +119,14 @@ __device__ __forceinline__ void load_row_stats(const BwdParams& p, const Sequenc
 // wanted (kWriteDbias, the dQ kernel: every element of a (sequence, head) is visited once), dS
 // goes to dbias, or to its fp32 workspace when dbias has broadcast dimensions (BwdParams).
 // shared_bias: the tile's bias in shared memory (kBiasTile rows), else read from global memory.
-// dbias_staged: dS (16-bit) replaces the bias in the shared tile, each element written by the
-// thread that read its bias (no barrier needed), and the caller stores the tile (store_dbias_tile).
+// kBiasTile rows write dbias after the element loop, which carries no dbias code: the global
+// stores in it, never taken on those rows, had cost a branch per score and doubled the loop's
+// size (ncu: 1.55x the plain row's instructions, 1.2 "no instruction" stall cycles per
+// instruction; 2026-11-22 (11)). With dbias_staged, dS (16-bit) replaces the bias in the shared
+// tile, each element written by the thread that read its bias (no barrier needed), and the
+// caller stores the tile (store_dbias_tile); with a dbias workspace (broadcast dimensions) each
+// pair of neighbouring keys is added (or stored, deterministic) there from the registers. A
+// 32-bit dbias without a workspace goes to the rows with the global path (the dispatcher).
 template <class Element, unsigned kFeatures, bool kKeyRows, bool kWriteDbias, class S, class DP, class Coords>
 __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
                                               bool masked, S& s, DP& dp, const Coords& coord, const float* lse2,
@@ -141,11 +147,14 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   // Only rows with bias code can be given a bias (the dispatcher's rule), so only they carry the
   // dbias stores: in the others the per-element bounds tests would run for nothing.
   constexpr bool kDbiasCode = kWriteDbias && (kFeatures & kBias) != 0;
+  constexpr bool kStagedDbias = kDbiasCode && bias_code(kFeatures) == BiasCode::tile;
+  constexpr bool kGlobalDbias = kDbiasCode && !kStagedDbias;
   // m16n8 fragments with query rows (not the SIMT kernels' rank-2 ones): neighbouring keys in pairs.
   constexpr bool kPairs = !kKeyRows && decltype(rank(s.layout()))::value == 3;
+  static_assert(!kStagedDbias || kPairs, "bias-tile rows write dbias from m16n8 fragments with query rows");
   char* dbias = nullptr;
   float* accum = nullptr;
-  if (kDbiasCode && p.dbias && !dbias_staged) {
+  if (kGlobalDbias && p.dbias) {
     if (p.dbias_accum)
       accum = p.dbias_accum + std::int64_t(t.b) * p.dbias_accum_strides[0] + std::int64_t(t.h) * p.dbias_accum_strides[1];
     else
@@ -166,15 +175,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     const float ds = prob * (z * dp(e) - delta[r]);
     s(e) = prob * z;
     dp(e) = ds;
-    if constexpr (kDbiasCode) {
-      if (dbias_staged) {
-        if constexpr (!kPairs) {
-          int r, c;
-          tile_row_col<kKeyRows>(coord, e, &r, &c);
-          reinterpret_cast<Element*>(shared_bias.tile + r * shared_bias.pitch)[c] = Element(ds);
-        }
-        continue;
-      }
+    if constexpr (kGlobalDbias) {
       if (i >= t.q_len || j >= t.k_len) continue;
       if (accum != nullptr) {
         float* a = accum + i * p.dbias_accum_strides[2] + j * p.dbias_accum_strides[3];
@@ -189,7 +190,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   }
   if constexpr (kScaleInExp)
     if (masked) zero_hidden<kKeyRows>(rule, t, s, dp, coord);
-  if constexpr (kDbiasCode && kPairs) {
+  if constexpr (kStagedDbias) {
     if (dbias_staged) {  // values (2k, 2k + 1) are neighbouring keys: one 32-bit store per pair
       CUTE_UNROLL
       for (int e = 0; e < size(dp); e += 2) {
@@ -198,33 +199,57 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
         const std::uint32_t pair = std::uint32_t(Element(dp(e)).raw()) | (std::uint32_t(Element(dp(e + 1)).raw()) << 16);
         *reinterpret_cast<std::uint32_t*>(shared_bias.tile + r * shared_bias.pitch + c * 2) = pair;
       }
+    } else if (p.dbias_accum != nullptr) {
+      float* accum = p.dbias_accum + std::int64_t(t.b) * p.dbias_accum_strides[0] +
+                     std::int64_t(t.h) * p.dbias_accum_strides[1];
+      CUTE_UNROLL
+      for (int e = 0; e < size(dp); e += 2) {
+        std::int64_t i, j;
+        query_key<kKeyRows>(t, coord, e, &i, &j);
+        if (i >= t.q_len) continue;
+        float* a = accum + i * p.dbias_accum_strides[2] + j * p.dbias_accum_strides[3];
+        CUTE_UNROLL
+        for (int x = 0; x < 2; ++x) {
+          if (j + x >= t.k_len) break;
+          if (p.dbias_atomic) atomicAdd(a + x * p.dbias_accum_strides[3], dp(e + x));
+          else a[x * p.dbias_accum_strides[3]] = dp(e + x);
+        }
+      }
     }
   }
 }
 
 // dbias of query rows m0.. and keys n0.. of sequence b, head h (p.dbias_tile) from its 16-bit values
 // in a BiasTileShape<kRows, kCols> tile: 16 bytes per store, the last chunk of a row element by
-// element when k_len cuts it.
+// element when k_len cuts it. As in load_bias_tile_of, a thread stores one column chunk of every
+// kRowStep-th row, its bounds and first address worked out once.
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void store_dbias_tile(const BwdParams& p, int b, int h, std::int64_t m0, std::int64_t n0,
                                                  std::int64_t q_len, std::int64_t k_len, const char* tile) {
   using Shape = BiasTileShape<kRows, kCols>;
   constexpr int kElemsPerChunk = 8, kChunksPerRow = kCols / kElemsPerChunk;
-  char* base = static_cast<char*>(p.dbias) +
-               (std::int64_t(b) * p.dbias_batch_stride + std::int64_t(h) * p.dbias_head_stride) * 2;
+  constexpr int kRowStep = kThreads / kChunksPerRow;
+  static_assert(kCols % kElemsPerChunk == 0 && kThreads % kChunksPerRow == 0);  // a column chunk per thread
+  const int r0 = int(threadIdx.x) / kChunksPerRow, k = int(threadIdx.x) % kChunksPerRow;
+  const std::int64_t j = n0 + k * kElemsPerChunk;
+  if (j >= k_len) return;
+  const int cols = int(min(std::int64_t(kElemsPerChunk), k_len - j));
+  const int rows = int(min(std::int64_t(kRows), q_len - m0));
+  char* dst = static_cast<char*>(p.dbias) +
+              ((std::int64_t(b) * p.dbias_batch_stride + std::int64_t(h) * p.dbias_head_stride) +
+               (m0 + r0) * p.dbias_row_stride + j) * 2;
+  const std::int64_t step = std::int64_t(kRowStep) * p.dbias_row_stride * 2;
+  const char* src = tile + r0 * Shape::kPitch + k * 16;
 #pragma unroll 1
-  for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += kThreads) {
-    const int r = c / kChunksPerRow, k = c % kChunksPerRow;
-    const std::int64_t i = m0 + r, j = n0 + std::int64_t(k) * kElemsPerChunk;
-    if (i >= q_len || j >= k_len) continue;
-    const char* src = tile + r * Shape::kPitch + k * 16;
-    char* dst = base + (i * p.dbias_row_stride + j) * 2;
-    if (j + kElemsPerChunk <= k_len) {
+  for (int r = r0; r < rows; r += kRowStep) {
+    if (cols == kElemsPerChunk) {
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
     } else {
-      for (int x = 0; x < int(k_len - j); ++x)
+      for (int x = 0; x < cols; ++x)
         reinterpret_cast<std::uint16_t*>(dst)[x] = reinterpret_cast<const std::uint16_t*>(src)[x];
     }
+    dst += step;
+    src += kRowStep * Shape::kPitch;
   }
 }
 

@@ -16,17 +16,18 @@
 
 namespace memattn::cuda::sm80 {
 
-// dbias = 0 over its sizes (the dQ kernel then writes the tiles the mask leaves visible).
+// dbias = 0 over its sizes (BwdParams::dbias_zero, when its memory has gaps): a CTA per row, the
+// row's (b, h, i) worked out once.
 template <class Element>
 __global__ void __launch_bounds__(256) zero_dbias_kernel(const __grid_constant__ BwdParams p) {
   const std::int64_t* n = p.dbias_sizes;
-  const std::int64_t total = n[0] * n[1] * n[2] * n[3];
-  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
-       e += std::int64_t(gridDim.x) * blockDim.x) {
-    const std::int64_t j = e % n[3], i = (e / n[3]) % n[2], h = (e / (n[3] * n[2])) % n[1], b = e / (n[3] * n[2] * n[1]);
-    const std::int64_t off = b * p.dbias_batch_stride + h * p.dbias_head_stride + i * p.dbias_row_stride + j * p.dbias_col_stride;
-    if (p.bias_is_f32) static_cast<float*>(p.dbias)[off] = 0.0f;
-    else static_cast<Element*>(p.dbias)[off] = Element(0.0f);
+  for (std::int64_t row = blockIdx.x; row < n[0] * n[1] * n[2]; row += gridDim.x) {
+    const std::int64_t i = row % n[2], h = (row / n[2]) % n[1], b = row / (n[2] * n[1]);
+    const std::int64_t off = b * p.dbias_batch_stride + h * p.dbias_head_stride + i * p.dbias_row_stride;
+    for (std::int64_t j = threadIdx.x; j < n[3]; j += blockDim.x) {
+      if (p.bias_is_f32) static_cast<float*>(p.dbias)[off + j * p.dbias_col_stride] = 0.0f;
+      else static_cast<Element*>(p.dbias)[off + j * p.dbias_col_stride] = Element(0.0f);
+    }
   }
 }
 
@@ -90,9 +91,13 @@ Status backward_prologue(const BwdParams& p, bool zero_unused_keys, cudaStream_t
                                "dbias workspace");
         !s.ok())
       return s;
-  } else if (p.dbias) {
-    const std::int64_t n = p.dbias_sizes[0] * p.dbias_sizes[1] * p.dbias_sizes[2] * p.dbias_sizes[3];
-    if (n > 0) zero_dbias_kernel<Element><<<elementwise_grid(n, 256), 256, 0, stream>>>(p);
+  } else if (p.dbias_zero && p.dbias_dense_bytes > 0) {
+    if (Status s = cuda_status(cudaMemsetAsync(p.dbias, 0, std::size_t(p.dbias_dense_bytes), stream), "dbias zeroing");
+        !s.ok())
+      return s;
+  } else if (p.dbias_zero) {
+    const std::int64_t rows = p.dbias_sizes[0] * p.dbias_sizes[1] * p.dbias_sizes[2];
+    if (rows > 0 && p.dbias_sizes[3] > 0) zero_dbias_kernel<Element><<<elementwise_grid(rows, 1), 256, 0, stream>>>(p);
   }
   if (zero_unused_keys && p.seqused_k) zero_unused_keys_kernel<Element><<<unsigned(p.batch), 256, 0, stream>>>(p);
   return cuda_status(cudaGetLastError(), "backward preprocessing");

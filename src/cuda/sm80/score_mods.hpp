@@ -76,26 +76,35 @@ __device__ __forceinline__ void cp_async_zfill16(void* smem_dst, const void* gme
 // Issues the cp.async copies of the bias of query rows m0.. and keys n0.. of sequence b, head h
 // into a BiasTileShape<kRows, kCols> tile (rows past q_len and keys past k_len read as zero), for
 // a bias of kElemBytes-byte elements. Needs bias_col_stride == 1 and 16-byte aligned rows (the
-// dispatcher checks). The element size is a template argument so that a copy's row and chunk
-// come from shifts: with a run-time size each was an integer division, ~20 instructions a copy,
-// in a loop that runs once per key tile.
+// dispatcher checks). A thread copies the same 16-byte column chunk of every kThreads /
+// kChunksPerRow-th row, so its column bounds and first address are worked out once per tile and
+// each copy only steps the address: with the row, column, bounds and 64-bit address rebuilt per
+// copy, each copy cost ~25 instructions (4-8 copies per thread and tile). The element size is a
+// template argument so that all of it is shifts.
 template <int kRows, int kCols, int kThreads, int kElemBytes>
 __device__ __forceinline__ void load_bias_tile_of(const FwdParams& p, int b, int h, std::int64_t m0, std::int64_t n0,
                                                   std::int64_t q_len, std::int64_t k_len, char* dst) {
   using Shape = BiasTileShape<kRows, kCols>;
   constexpr int kElemsPerChunk = 16 / kElemBytes, kChunksPerRow = kCols / kElemsPerChunk;
-  constexpr int kChunks = kRows * kChunksPerRow;
-  static_assert(kCols % kElemsPerChunk == 0);
-  const char* base = static_cast<const char*>(p.bias) +
-                     (std::int64_t(b) * p.bias_batch_stride + std::int64_t(h) * p.bias_head_stride) * kElemBytes;
+  constexpr int kRowStep = kThreads / kChunksPerRow;
+  static_assert(kCols % kElemsPerChunk == 0 && kThreads % kChunksPerRow == 0);  // a column chunk per thread
+  const int r0 = int(threadIdx.x) / kChunksPerRow;
+  // A copy of no bytes reads nothing: its source is the row's address whatever the bounds.
+  const char* src = static_cast<const char*>(p.bias) +
+                    (std::int64_t(b) * p.bias_batch_stride + std::int64_t(h) * p.bias_head_stride +
+                     (m0 + r0) * p.bias_row_stride + n0 + int(threadIdx.x) % kChunksPerRow * kElemsPerChunk) *
+                        kElemBytes;
   // Not unrolled: the registers of unrolled copies made the 168-register forward bias row spill.
 #pragma unroll 1
-  for (int c = threadIdx.x; c < kChunks; c += kThreads) {
-    const int r = c / kChunksPerRow, k = c % kChunksPerRow;
-    const std::int64_t i = m0 + r, j = n0 + k * kElemsPerChunk;
-    const int bytes = i < q_len && j < k_len ? int(min(std::int64_t(16), (k_len - j) * kElemBytes)) : 0;
-    const char* src = bytes > 0 ? base + (i * p.bias_row_stride + j) * kElemBytes : base;
+  for (int r = r0; r < kRows; r += kRowStep) {
+    // The column and its bounds come again from an opaque thread index at each copy (a few
+    // instructions) instead of staying live through the loop: at the forward's call the
+    // registers are full (kept live, they spilled 40 bytes in the key loop).
+    const int k = opaque(int(threadIdx.x)) % kChunksPerRow;
+    const std::int64_t j = n0 + k * kElemsPerChunk;
+    const int bytes = m0 + r < q_len && j < k_len ? int(min(std::int64_t(16), (k_len - j) * kElemBytes)) : 0;
     cp_async_zfill16(dst + r * Shape::kPitch + k * 16, src, bytes);
+    src += std::int64_t(kRowStep) * p.bias_row_stride * kElemBytes;
   }
 }
 
