@@ -154,6 +154,8 @@ int run_command(RunOptions& o) {
   };
   double fwd_flops = 0;
   if (Status s = forward_flops(w.forward_args(), &fwd_flops); !s.ok()) return fail(s);
+  if (device)
+    if (Status s = w.reserve_workspace(); !s.ok()) return fail(s);
 
   PassResult fwd, bwd;
   const ForwardArgs fargs = w.forward_args();

@@ -16,6 +16,7 @@ struct Workload::Device {
   static double memory_in_use();
   ~Device();
   Status allocate(int tensor, std::size_t bytes);
+  Status allocate_workspace(std::size_t bytes);
   void* pointer(int tensor) const { return ptrs[tensor]; }
   Status upload(int tensor, const void* src, std::size_t bytes);
   Status download(int tensor, void* dst, std::size_t bytes) const;
@@ -27,6 +28,8 @@ struct Workload::Device {
 
   void* ptrs[int(Tensor::count)] = {};
   std::int32_t* varlen[3] = {nullptr, nullptr, nullptr};
+  void* workspace = nullptr;  // reserve_workspace's, when asked for
+  std::size_t workspace_bytes = 0;
 };
 
 }  // namespace memattn::tools

@@ -53,10 +53,20 @@ Workload::Device::~Device() {
     if (p) cudaFree(p);
   for (std::int32_t* p : varlen)
     if (p) cudaFree(p);
+  if (workspace) cudaFree(workspace);
 }
 
 Status Workload::Device::allocate(int tensor, std::size_t bytes) {
   return check(cudaMalloc(&ptrs[tensor], bytes ? bytes : 1), "cudaMalloc");
+}
+
+Status Workload::Device::allocate_workspace(std::size_t bytes) {
+  if (bytes <= workspace_bytes) return Status::Ok();
+  if (workspace) cudaFree(workspace);
+  workspace = nullptr, workspace_bytes = 0;
+  if (Status s = check(cudaMalloc(&workspace, bytes), "cudaMalloc (workspace)"); !s.ok()) return s;
+  workspace_bytes = bytes;
+  return Status::Ok();
 }
 
 Status Workload::Device::upload(int tensor, const void* src, std::size_t bytes) {

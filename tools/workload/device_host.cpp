@@ -12,6 +12,7 @@ Status Workload::Device::time_call(const std::function<Status()>&, double*) {
 double Workload::Device::memory_in_use() { return 0; }
 Workload::Device::~Device() = default;
 Status Workload::Device::allocate(int, std::size_t) { return {StatusCode::unsupported, "no CUDA"}; }
+Status Workload::Device::allocate_workspace(std::size_t) { return {StatusCode::unsupported, "no CUDA"}; }
 Status Workload::Device::upload(int, const void*, std::size_t) { return {StatusCode::unsupported, "no CUDA"}; }
 Status Workload::Device::download(int, void*, std::size_t) const { return {StatusCode::unsupported, "no CUDA"}; }
 Status Workload::Device::set_varlen(const std::vector<std::int32_t>&, const std::vector<std::int32_t>&,

@@ -229,6 +229,10 @@ ForwardArgs Workload::make_forward_args(bool device) const {
   a.dropout = spec_.dropout;
   a.scale = spec_.scale;
   a.backend = spec_.backend;
+  if (device && device_ && device_->workspace) {
+    a.workspace = device_->workspace;
+    a.workspace_bytes = device_->workspace_bytes;
+  }
   if (spec_.varlen()) {
     a.varlen.num_seqs = spec_.num_seqs();
     const bool dev = device && device_;
@@ -237,6 +241,15 @@ ForwardArgs Workload::make_forward_args(bool device) const {
     if (!seqused_k_.empty()) a.varlen.seqused_k = dev ? device_->seqused_k() : seqused_k_.data();
   }
   return a;
+}
+
+Status Workload::reserve_workspace() {
+  if (!device_) return Status::Ok();
+  std::size_t fwd = 0, bwd = 0;
+  if (Status s = forward_workspace_size(make_forward_args(true), &fwd); !s.ok()) return s;
+  if (has(Tensor::dout))
+    if (Status s = backward_workspace_size(make_backward_args(true), &bwd); !s.ok()) return s;
+  return device_->allocate_workspace(std::max(fwd, bwd));
 }
 
 BackwardArgs Workload::make_backward_args(bool device) const {
