@@ -7,9 +7,10 @@
 // the head dim (WideFwdTraits), so a key tile costs only its K and V (about 65 FLOP per byte).
 // Per key tile: S = Q K^T on the 4 x 2 warp grid, scaled and masked; each row's maximum from the
 // two warps that share it (shared memory); P to shared memory with each row's rescale factor;
-// then every warp rescales its output columns and adds P V. K and V have one buffer each: V(n)
-// loads during Q K(n)^T, K(n - 1) during P V(n). Plain problems only (no bias, no dropout: those
-// take the global-accumulator rows).
+// then every warp rescales its output columns and adds P V, one tile later: the loop runs
+// S(n), P(n + 1) V(n + 1), softmax(n). K and V have one buffer each: K(n - 1) loads during
+// P(n + 1) V(n + 1) and the softmax, V(n) during S(n - 1). Plain problems only (no bias, no
+// dropout: those take the global-accumulator rows).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -93,6 +94,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   }
   load_kv(k_ptr, p.k_row_stride, smem_k, n_last, qk_cols);
   cp_async_fence();
+  cp_async_fence();  // an empty group in the place of V(n + 1), which the first tile does not have
 
   typename Traits::MmaS mma_s;
   typename Traits::MmaO mma_o;
@@ -105,19 +107,43 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   CUTE_UNROLL
   for (int r = 0; r < kRowsS; ++r) row_max[r] = -INFINITY, row_sum[r] = 0.0f;
 
+  // O += P V of the tile whose P, V and rescale factors are in shared memory: every warp rescales
+  // its output columns (skipped when no row of the tile moved), then adds P V.
+  const auto accumulate_pv = [&](int t) {
+    const Tensor coord_o = mma_o.get_thread_slice(t).partition_C(make_identity_tensor(tile_q));
+    const Tensor co_rc = rowcol(coord_o);
+    constexpr int kRowsO = decltype(size<0>(acc_o_rc))::value;
+    float factor[kRowsO];
+    CUTE_UNROLL
+    for (int r = 0; r < kRowsO; ++r) factor[r] = rescale_row[get<0>(co_rc(r, 0))];
+    OnlineSoftmax<kRowsO>::rescale_if_moved(acc_o_rc, factor);
+    gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtomTransposed>(mma_o, sP, sVt, acc_o,
+                                                                                                t);
+  };
+
+  // Tile n's scores overlap tile n + 1's P V: S(n) = Q K(n)^T, then P(n + 1) V(n + 1), then S(n)'s
+  // softmax. In the pair, the other CTA's partial S(n) travels during P V (about half the tile's
+  // FLOPs) instead of being waited for (2026-11-22 (11)). Groups of copies in flight at the top:
+  // K(n), then V(n + 1).
   for (int n = n_last; n >= n_first; --n) {
     const int t = opaque(tid);
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
-    cp_async_wait<0>();
-    __syncthreads();  // K(n) landed; everyone is done with V(n + 1), P and the row statistics
-    load_kv(v_ptr, p.v_row_stride, smem_v, n, v_cols);
-    cp_async_fence();
+    cp_async_wait<1>();
+    __syncthreads();  // K(n) landed; everyone is done with the row maxima of tile n + 1
 
     Tensor acc_s = partition_fragment_C(mma_s, tile_s);
     clear(acc_s);
     gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtom>(mma_s, sQ, sK, acc_s, t);
+    if constexpr (kPair) sm90::send_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges, acc_s);
+    cp_async_wait<0>();
+    __syncthreads();  // V(n + 1) landed; everyone is done with K(n)
+    if (n > n_first) {
+      load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, qk_cols);
+      cp_async_fence();
+    }
+    if (n < n_last) accumulate_pv(t);
     if constexpr (kPair) {
-      sm90::push_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges++, acc_s);
+      sm90::add_pair_partials<Traits::kThreads>(pair_slots, exchanges++, acc_s);
       sm90::release_pair_slots(pair_slots, rank ^ 1);
     }
     const Tensor coord_s = mma_s.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
@@ -138,7 +164,9 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
       tile_max[r] = row_max_all<4>(m);
       if (t % 4 == 0) max_part[warp_key_half * kBlockM + get<0>(c_rc(r, 0))] = tile_max[r];
     }
-    __syncthreads();  // both halves' maxima are in
+    __syncthreads();  // both halves' maxima are in; everyone is done with P, V and the rescale factors of tile n + 1
+    load_kv(v_ptr, p.v_row_stride, smem_v, n, v_cols);
+    cp_async_fence();
     CUTE_UNROLL
     for (int r = 0; r < kRowsS; ++r) {
       const int row = get<0>(c_rc(r, 0));
@@ -160,29 +188,13 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
       row_sum[r] = row_sum[r] * rescale + sum;
       if (warp_key_half == 0 && t % 4 == 0) rescale_row[row] = rescale;
     }
-    {
-      auto p_store = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma_s);
-      auto p_store_thr = p_store.get_thread_slice(t);
-      copy(p_store, p_store_thr.retile_S(convert_fragment<Element>(acc_s)), p_store_thr.partition_D(sP));
-    }
-    cp_async_wait<0>();
-    __syncthreads();  // V(n), P and the rescale factors are in; everyone is done with K(n)
-    if (n > n_first) {
-      load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, qk_cols);
-      cp_async_fence();
-    }
-
-    // Every warp rescales its output columns (skipped when no row of the tile moved), then O += P V.
-    const Tensor coord_o = mma_o.get_thread_slice(t).partition_C(make_identity_tensor(tile_q));
-    const Tensor co_rc = rowcol(coord_o);
-    constexpr int kRowsO = decltype(size<0>(acc_o_rc))::value;
-    float factor[kRowsO];
-    CUTE_UNROLL
-    for (int r = 0; r < kRowsO; ++r) factor[r] = rescale_row[get<0>(co_rc(r, 0))];
-    OnlineSoftmax<kRowsO>::rescale_if_moved(acc_o_rc, factor);
-    gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtomTransposed>(mma_o, sP, sVt, acc_o,
-                                                                                                t);
+    auto p_store = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma_s);
+    auto p_store_thr = p_store.get_thread_slice(t);
+    copy(p_store, p_store_thr.retile_S(convert_fragment<Element>(acc_s)), p_store_thr.partition_D(sP));
   }
+  cp_async_wait<0>();
+  __syncthreads();  // the last tile's V, P and rescale factors are in
+  accumulate_pv(opaque(tid));
 
   // Epilogue: each row's sum from both key halves, LSE, O normalised and written through shared
   // memory (Q's space).

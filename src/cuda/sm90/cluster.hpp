@@ -133,21 +133,29 @@ __device__ __forceinline__ void finish_exchanges() {
   cluster_wait();
 }
 
+// push_pair_partials in two halves, so that a CTA can work between them while the other CTA's
+// partial sums travel: send_pair_partials stores this thread's accumulators into the other CTA's
+// slots, add_pair_partials waits for the other CTA's and adds them (same `count`).
 template <int kThreads, class... Acc>
-__device__ __forceinline__ void push_pair_partials(const ExchangeSlots& s, int other, int count, Acc&... acc) {
+__device__ __forceinline__ void send_pair_partials(const ExchangeSlots& s, int other, int count, const Acc&... acc) {
   float4* mine = reinterpret_cast<float4*>(s.slots) + threadIdx.x;
   constexpr int kBytes = (int(decltype(cute::size(acc))::value) + ...) * int(sizeof(float));
   arrive_expecting(s.full, kBytes);
   if (count > 0) wait_parity(s.empty, (count - 1) & 1);
   int slot = 0;
-  const auto push = [&](auto& a) {
+  const auto push = [&](const auto& a) {
     CUTE_UNROLL
     for (int i = 0; i < int(cute::size(a)); i += 4, ++slot)
       store_async_to_rank(mine + slot * kThreads, s.full, other, make_float4(a(i), a(i + 1), a(i + 2), a(i + 3)));
   };
   (push(acc), ...);
+}
+
+template <int kThreads, class... Acc>
+__device__ __forceinline__ void add_pair_partials(const ExchangeSlots& s, int count, Acc&... acc) {
+  const float4* mine = reinterpret_cast<const float4*>(s.slots) + threadIdx.x;
   wait_parity(s.full, count & 1);
-  slot = 0;
+  int slot = 0;
   const auto add = [&](auto& a) {
     CUTE_UNROLL
     for (int i = 0; i < int(cute::size(a)); i += 4, ++slot) {
@@ -156,6 +164,12 @@ __device__ __forceinline__ void push_pair_partials(const ExchangeSlots& s, int o
     }
   };
   (add(acc), ...);
+}
+
+template <int kThreads, class... Acc>
+__device__ __forceinline__ void push_pair_partials(const ExchangeSlots& s, int other, int count, Acc&... acc) {
+  send_pair_partials<kThreads>(s, other, count, acc...);
+  add_pair_partials<kThreads>(s, count, acc...);
 }
 
 __device__ __forceinline__ void release_pair_slots(const ExchangeSlots& s, int other) { arrive_on_rank(s.empty, other); }
