@@ -75,7 +75,8 @@ void finish_gradient(const GradAccum& g, void* out, std::int64_t batch_stride, s
                      std::int64_t head_stride, int cols, float scale, cudaStream_t stream) {
   const std::int64_t n = g.batch * g.rows * g.heads * cols;
   if (n > 0)
-    finish_gradient_kernel<Element><<<elementwise_grid(n, 256), 256, 0, stream>>>(
+    finish_gradient_kernel<Element>
+        <<<elementwise_grid(g.batch * g.rows * g.heads, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(
         g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
 }
 
@@ -84,7 +85,8 @@ void finish_gradient(const GradAccum& g, void* out, std::int64_t batch_stride, s
 template <class Element>
 Status backward_prologue(const BwdParams& p, bool zero_unused_keys, cudaStream_t stream) {
   const std::int64_t delta_rows = (p.seqstart_q ? 1 : p.batch) * p.delta_rows * p.heads_q;
-  if (delta_rows > 0) delta_kernel<Element><<<elementwise_grid(delta_rows, 8), 256, 0, stream>>>(p);
+  if (delta_rows > 0)
+    delta_kernel<Element><<<elementwise_grid(delta_rows, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(p);
   if (p.dbias_accum) {
     const std::int64_t* w = p.dbias_accum_sizes;
     if (Status s = cuda_status(cudaMemsetAsync(p.dbias_accum, 0, std::size_t(w[0] * w[1] * w[2] * w[3]) * sizeof(float), stream),
