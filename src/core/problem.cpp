@@ -434,4 +434,13 @@ Status build_problem(const BackwardArgs& a, Problem* p) {
   return Status::Ok();
 }
 
+Status check_workspace(const Options& opt, std::size_t needed) {
+  if (opt.workspace != nullptr && reinterpret_cast<std::uintptr_t>(opt.workspace) % 16 != 0)
+    return {StatusCode::invalid_argument, "workspace: must be 16-byte aligned"};
+  if (opt.workspace != nullptr && opt.workspace_bytes < needed)
+    return {StatusCode::invalid_argument, "workspace: " + std::to_string(opt.workspace_bytes) +
+                                              " bytes given, " + std::to_string(needed) + " needed"};
+  return Status::Ok();
+}
+
 }  // namespace memattn::detail

@@ -61,4 +61,7 @@ std::int64_t visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64
 Status build_problem(const ForwardArgs& args, Problem* problem);
 Status build_problem(const BackwardArgs& args, Problem* problem);
 
+// A caller's workspace: 16-byte aligned, and at least `needed` bytes (the chosen plan's).
+Status check_workspace(const Options& options, std::size_t needed);
+
 }  // namespace memattn::detail

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -160,28 +161,39 @@ std::int64_t dense_bytes(const TensorRef& t) {
 }
 
 
-// Why a row cannot run a problem; empty when it can.
+// Whether a row can run a problem; when not, and `why` is given, the reason goes there (only
+// then is the text built: the dispatcher asks every row before the one it takes, on every call).
 template <class Row>
-std::string misfit(const Row& k, const Need& n) {
+bool fits(const Row& k, const Need& n, std::string* why) {
+  const auto no = [why](auto&& text) {
+    if (why != nullptr) *why = text();
+    return false;
+  };
   if (n.compute_capability < (k.family == Family::sm90 ? 90 : 80))
-    return "needs compute capability " + std::string(k.family == Family::sm90 ? "9.0" : "8.0");
-  if (k.family == Family::sm90 && n.compute_capability != 90) return "sm_90a code runs on Hopper only";
-  if (k.dtype != n.dtype) return std::string("dtype ") + to_string(k.dtype);
-  if (k.max_head_dim < n.head_dim) return "head dims up to " + std::to_string(k.max_head_dim);
-  if (k.alignment > 1 && !n.aligned) return "needs head dims, strides and pointers aligned to 8 elements";
-  if (n.bias && !k.bias) return "no bias";
-  if (n.dropout && !k.dropout) return "no dropout";
+    return no([&] { return "needs compute capability " + std::string(k.family == Family::sm90 ? "9.0" : "8.0"); });
+  if (k.family == Family::sm90 && n.compute_capability != 90)
+    return no([] { return std::string("sm_90a code runs on Hopper only"); });
+  if (k.dtype != n.dtype) return no([&] { return std::string("dtype ") + to_string(k.dtype); });
+  if (k.max_head_dim < n.head_dim) return no([&] { return "head dims up to " + std::to_string(k.max_head_dim); });
+  if (k.alignment > 1 && !n.aligned)
+    return no([] { return std::string("needs head dims, strides and pointers aligned to 8 elements"); });
+  if (n.bias && !k.bias) return no([] { return std::string("no bias"); });
+  if (n.dropout && !k.dropout) return no([] { return std::string("no dropout"); });
   if (n.bias && k.bias_tile && !n.bias_tileable)
-    return "bias tile needs a bias with unit key stride and 16-byte aligned rows and pointer";
+    return no([] { return std::string("bias tile needs a bias with unit key stride and 16-byte aligned rows and pointer"); });
   if (n.bias && k.bias_tile && !n.dbias_stageable)
-    return "bias tile writes a dbias without broadcast dimensions from the tile: needs it 16-bit, with unit key "
-           "stride and 16-byte aligned rows and pointer";
-  if (n.deterministic && k.atomics) return "uses atomics (not deterministic)";
+    return no([] {
+      return std::string("bias tile writes a dbias without broadcast dimensions from the tile: needs it 16-bit, with "
+                         "unit key stride and 16-byte aligned rows and pointer");
+    });
+  if (n.deterministic && k.atomics) return no([] { return std::string("uses atomics (not deterministic)"); });
   if (n.smem_per_block > 0)
     if (const int bytes = row_smem_bytes(k); bytes > n.smem_per_block)
-      return "needs " + std::to_string(bytes) + " bytes of shared memory per CTA (this GPU allows " +
-             std::to_string(n.smem_per_block) + ")";
-  return {};
+      return no([&] {
+        return "needs " + std::to_string(bytes) + " bytes of shared memory per CTA (this GPU allows " +
+               std::to_string(n.smem_per_block) + ")";
+      });
+  return true;
 }
 
 // MEMATTN_KERNEL=<row name> limits the choice of its pass to that row (for experiments and
@@ -191,28 +203,43 @@ const char* forced_row() {
   return name != nullptr && *name != '\0' ? name : nullptr;
 }
 
+// The first row in priority order that runs the problem, or failing that the first that fits
+// but prefers longer sequences; with `reasons`, why each family's last refused row was refused.
 template <class Row>
-const Row* choose(const std::vector<Row>& table, const char* pass, const Need& n, std::string* why) {
-  std::map<std::string, std::string> reasons;  // per family: the reason of its closest row
+const Row* pick(const std::vector<Row>& table, const Need& n, std::map<std::string, std::string>* reasons) {
   const char* forced = forced_row();
-  const Row* short_fallback = nullptr;  // the first row that fits but prefers longer sequences
+  const Row* short_fallback = nullptr;
+  std::string reason;
+  std::string* why = reasons != nullptr ? &reason : nullptr;
   for (const Row& k : table) {
-    std::string reason = misfit(k, n);
-    const bool same_pass = forced != nullptr && std::string(forced).compare(0, 4, k.name, 4) == 0;  // "fwd_" / "bwd_"
-    const bool is_forced = same_pass && std::string(forced) == k.name;
-    if (same_pass && reason.empty() && !is_forced) reason = std::string("MEMATTN_KERNEL selects ") + forced;
-    if (k.experimental && reason.empty() && !is_forced)
-      reason = "experimental (not yet verified on a GPU): only with MEMATTN_KERNEL=" + std::string(k.name);
+    const bool same_pass = forced != nullptr && std::strncmp(forced, k.name, 4) == 0;  // "fwd_" / "bwd_"
+    const bool is_forced = same_pass && std::strcmp(forced, k.name) == 0;
+    bool ok = fits(k, n, why);
+    if (ok && same_pass && !is_forced) {
+      ok = false;
+      if (why) *why = std::string("MEMATTN_KERNEL selects ") + forced;
+    }
+    if (ok && k.experimental && !is_forced) {
+      ok = false;
+      if (why) *why = "experimental (not yet verified on a GPU): only with MEMATTN_KERNEL=" + std::string(k.name);
+    }
     // A preference rather than a limit: such a row runs any length when forced, or when no other
     // row fits.
-    if (n.queries_per_key < k.min_queries_per_key && reason.empty() && !is_forced) {
+    if (ok && n.queries_per_key < k.min_queries_per_key && !is_forced) {
       if (short_fallback == nullptr) short_fallback = &k;
       continue;
     }
-    if (reason.empty()) return &k;
-    reasons[to_string(k.family)] = reason;
+    if (ok) return &k;
+    if (reasons != nullptr) (*reasons)[to_string(k.family)] = reason;
   }
-  if (short_fallback != nullptr) return short_fallback;
+  return short_fallback;
+}
+
+template <class Row>
+const Row* choose(const std::vector<Row>& table, const char* pass, const Need& n, std::string* why) {
+  if (const Row* k = pick(table, n, nullptr)) return k;
+  std::map<std::string, std::string> reasons;  // per family: the reason of its closest row
+  pick(table, n, &reasons);
   std::string s = std::string("backend cuda: no ") + pass + " kernel fits (" + to_string(n.dtype) + ", head dim " +
                   std::to_string(n.head_dim) + (n.bias ? ", bias" : "") + (n.dropout ? ", dropout" : "") +
                   (n.aligned ? "" : ", unaligned") + ", compute capability " +
@@ -393,7 +420,7 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   };
   reserve(std::size_t(a.q.sizes[0]) * std::size_t(p.heads_q) * std::size_t(a.q.sizes[1]) * sizeof(float));
   const std::int64_t dbias_accum = p.has_dbias ? plan_dbias_accum(p, a.deterministic, &b) : 0;
-  b.dbias_tile = k.bias_tile && p.has_dbias && dbias_accum == 0;  // then tileable (misfit)
+  b.dbias_tile = k.bias_tile && p.has_dbias && dbias_accum == 0;  // then tileable (fits)
   b.dbias_zero = p.has_dbias && dbias_accum == 0 && (p.is_masked() || p.varlen);
   b.dbias_dense_bytes = b.dbias_zero ? dense_bytes(a.dbias) : 0;
   plan->dbias_accum_offset = dbias_accum > 0 ? reserve(std::size_t(dbias_accum) * sizeof(float)) : 0;
@@ -456,7 +483,7 @@ Status workspace_size(const ForwardArgs& args, const detail::Problem& p, std::si
   ForwardPlan plan;
   const Status s = plan_forward(args, p, &plan);
   *bytes = s.ok() ? plan.workspace_bytes : 0;
-  return s.code() == StatusCode::unsupported ? Status::Ok() : s;  // forward() reports the misfit
+  return s.code() == StatusCode::unsupported ? Status::Ok() : s;  // forward() reports why no row fits
 }
 
 Status workspace_size(const BackwardArgs& args, const detail::Problem& p, std::size_t* bytes) {
@@ -469,6 +496,7 @@ Status workspace_size(const BackwardArgs& args, const detail::Problem& p, std::s
 Status forward(const ForwardArgs& args, const detail::Problem& p) {
   ForwardPlan plan;
   if (Status s = plan_forward(args, p, &plan); !s.ok()) return s;
+  if (Status s = detail::check_workspace(args, plan.workspace_bytes); !s.ok()) return s;
   if (p.seqlen_q == 0 || p.batch == 0) return Status::Ok();
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
   const Scratch scratch(args, plan.workspace_bytes, stream);
@@ -490,6 +518,7 @@ Status describe_forward(const ForwardArgs& args, const detail::Problem& p, std::
 Status backward(const BackwardArgs& args, const detail::Problem& p) {
   BackwardPlan plan;
   if (Status s = plan_backward(args, p, &plan); !s.ok()) return s;
+  if (Status s = detail::check_workspace(args, plan.workspace_bytes); !s.ok()) return s;
   if (p.batch == 0) return Status::Ok();
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
   const Scratch scratch(args, plan.workspace_bytes, stream);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,37 @@ TEST(CudaBackwardDeterminism, BroadcastDbiasIsBitIdentical) {
   s.deterministic = true;
   s.backend = Backend::cuda;
   check_backward_bit_identical(s, 20);
+}
+
+// A caller's workspace smaller than the plan's is refused before anything runs: the gradients
+// keep their poison.
+TEST(CudaBackwardWorkspace, ASmallerOneIsRefusedBeforeAnyLaunch) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  tools::ProblemSpec s;
+  s.batch = 1;
+  s.seqlen_q = s.seqlen_k = 64;
+  s.heads_q = s.heads_k = 2;
+  s.head_dim = s.head_dim_v = 64;
+  s.dtype = DType::bf16;
+  s.backend = Backend::cuda;
+  tools::Workload w(s);
+  w.fill_inputs(next_seed());
+  ASSERT_TRUE(w.to_device().ok());
+  ASSERT_TRUE(forward(w.forward_args()).ok());
+  ASSERT_TRUE(w.reserve_workspace().ok());
+  BackwardArgs a = w.backward_args();
+  std::size_t need = 0;
+  ASSERT_TRUE(backward_workspace_size(a, &need).ok());
+  ASSERT_GT(need, 0u);
+  ASSERT_NE(a.workspace, nullptr);
+  a.workspace_bytes = need - 1;
+  w.poison_outputs();
+  const Status st = backward(a);
+  EXPECT_EQ(st.code(), StatusCode::invalid_argument);
+  EXPECT_NE(st.message().find("workspace"), std::string::npos) << st.message();
+  ASSERT_TRUE(w.copy_outputs_to_host().ok());
+  for (tools::Tensor t : {tools::Tensor::dq, tools::Tensor::dk, tools::Tensor::dv})
+    for (double x : w.to_double(t)) ASSERT_TRUE(std::isnan(x));
 }
 
 }  // namespace
