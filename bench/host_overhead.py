@@ -19,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import memattn
 from bench import time_ms as sync_ms  # bench.py's timing: events around one call, then a synchronisation
-from memattn import _ops
+from memattn import _C, _ops
 
 
 def host_us(fn, n=500):
@@ -81,8 +81,42 @@ def paths(b, h, s, d, causal):
     return out
 
 
+def breakdown(b=1, h=1, s=128, d=128):
+    """Host us per call of each layer of the eager path (tiny problem): the autograd call, the op's
+    Python (_ops._forward / _backward_op: output allocation, descriptors, options) and the C++
+    binding alone on prebuilt descriptors (validation, planning, launches), with and without
+    the workspace callback."""
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v, dout = (torch.randn((b, s, h, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    scale = 1.0 / d ** 0.5
+    fargs = (-1, -1, False, 0.0, None, scale, None, None, None)
+    out, lse = _ops._forward(q, k, v, None, *fargs)
+    opts = _ops._options(q, *fargs[:4], None, scale, None, None, None)
+    bare = dict(opts, workspace=None)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    desc = _ops._desc
+    fdesc = (desc(q), desc(k), desc(v), None, desc(out), desc(lse))
+    bdesc = (desc(q), desc(k), desc(v), None, desc(out), desc(lse), desc(dout), desc(dq), desc(dk), desc(dv), None, False)
+    eager_out = memattn.attention(q, k, v)
+    rows = [
+        ("forward: eager memattn.attention", lambda: memattn.attention(q, k, v)),
+        ("forward: _ops._forward", lambda: _ops._forward(q, k, v, None, *fargs)),
+        ("forward: _C.forward (workspace callback)", lambda: _C.forward(*fdesc, opts)),
+        ("forward: _C.forward (library workspace)", lambda: _C.forward(*fdesc, bare)),
+        ("backward: eager autograd.grad", lambda: torch.autograd.grad(eager_out, (q, k, v), dout, retain_graph=True)),
+        ("backward: _ops._backward_op", lambda: _ops._backward_op(dout, q, k, v, None, out, lse, *fargs, False, False)),
+        ("backward: _C.backward (workspace callback)", lambda: _C.backward(*bdesc, opts)),
+        ("backward: _C.backward (library workspace)", lambda: _C.backward(*bdesc, bare)),
+    ]
+    print(f"\nhost us per call by layer (B={b} H={h} S={s} D={d})")
+    for name, fn in rows:
+        print(f"  {name:44s} {host_us(fn):8.1f}")
+
+
 def main():
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
+    breakdown()
     print("\ntiny problem (B=1 H=1 S=128 D=128): host time per call, us")
     for name, (fwd, bwd) in paths(1, 1, 128, 128, False).items():
         print(f"  {name:32s} forward {host_us(fwd):8.1f}" + (f"  backward {host_us(bwd):8.1f}" if bwd else ""))

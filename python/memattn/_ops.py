@@ -22,9 +22,22 @@ _ERRORS = {1: ValueError, 2: NotImplementedError, 3: RuntimeError, 4: RuntimeErr
 def _desc(t: Optional[Tensor]):
     if t is None:
         return None
-    if t.dtype not in _DTYPES:
+    name = _DTYPES.get(t.dtype)
+    if name is None:
         raise ValueError(f"memattn: dtype {t.dtype} is not supported (bfloat16, float16, float32, float64)")
-    return (t.data_ptr(), _DTYPES[t.dtype], list(t.shape), list(t.stride()))
+    return (t.data_ptr(), name, t.shape, t.stride())  # the binding takes any sequence of ints
+
+
+# The current stream's handle without building a torch.cuda.Stream (a few microseconds a call,
+# which a synchronised caller pays before the first kernel starts); the public call where the
+# private one is missing.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream(device) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(device.index if device.index is not None else torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def _allocator(device):
@@ -37,7 +50,7 @@ def _allocator(device):
 
 def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k):
     seed, offset = (0, 0) if rng is None else (int(x) for x in rng.tolist())
-    stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else 0
+    stream = _stream(q.device) if q.is_cuda else 0
     # The tensors' device picks the backend: the library never has to infer where memory lives.
     backend = "cuda" if q.is_cuda else "reference" if q.dtype == torch.float64 else "cpu"
     return dict(backend=backend, window_left=window_left, window_right=window_right, bottom_right=bottom_right, dropout_p=dropout_p,
