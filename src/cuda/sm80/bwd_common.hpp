@@ -92,15 +92,17 @@ struct WarpRows {
 constexpr int kElementwiseRowsPerWarp = 8;
 
 // delta[b][h][row] = sum over the value dim of dO * O, a warp per (tensor batch, row, head), four
-// elements per load where both rows allow.
+// elements per load where both rows allow, two rows in flight per warp (one after the other, a
+// warp's load waited out its latency alone: ~1.6 TB/s). With `zero` set (the one-pass rows' dQ
+// workspace, whose rows are these rows), each row of it is cleared on the way, instead of by a
+// memset pass of its own.
 template <class Element>
-__global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdParams p) {
+__global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdParams p, GradAccum zero) {
   const int lane = threadIdx.x % 32;
   const std::int64_t batches = p.seqstart_q ? 1 : p.batch;
   WarpRows r(batches * p.delta_rows * p.heads_q, p.delta_rows, p.heads_q);
-  for (std::int64_t w = r.begin; w < r.end; ++w, r.next(p.delta_rows, p.heads_q)) {
-    const std::int64_t b = r.b, row = r.row;
-    const int h = r.h;
+  // This lane's share of row (b, row, h)'s dot product.
+  const auto partial = [&](std::int64_t b, std::int64_t row, int h) {
     const Element* o = o_at<Element>(p, b, row, h);
     const Element* d = do_at<Element>(p, b, row, h);
     float sum = 0.0f;
@@ -114,8 +116,29 @@ __global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdP
     } else {
       for (int e = lane; e < p.head_dim_v; e += 32) sum += float(o[e]) * float(d[e]);
     }
-    sum = row_sum_all<32>(sum);
+    return sum;
+  };
+  const auto finish = [&](std::int64_t w, std::int64_t b, std::int64_t row, int h, float sum) {
     if (lane == 0) p.delta[(b * p.heads_q + h) * p.delta_rows + row] = sum;
+    if (zero.data != nullptr) {  // rows of whole 16-byte chunks
+      float4* z = reinterpret_cast<float4*>(zero.data + w * zero.ld);
+      for (std::int64_t c = lane; c < zero.ld / 4; c += 32) z[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  for (std::int64_t w = r.begin; w < r.end; w += 2) {
+    const std::int64_t b0 = r.b, row0 = r.row;
+    const int h0 = r.h;
+    r.next(p.delta_rows, p.heads_q);
+    const bool two = w + 1 < r.end;
+    const std::int64_t b1 = r.b, row1 = r.row;
+    const int h1 = r.h;
+    r.next(p.delta_rows, p.heads_q);
+    float sum0 = partial(b0, row0, h0);
+    float sum1 = two ? partial(b1, row1, h1) : 0.0f;
+    sum0 = row_sum_all<32>(sum0);
+    sum1 = row_sum_all<32>(sum1);
+    finish(w, b0, row0, h0, sum0);
+    if (two) finish(w + 1, b1, row1, h1, sum1);
   }
 }
 

@@ -80,13 +80,20 @@ void finish_gradient(const GradAccum& g, void* out, std::int64_t batch_stride, s
         g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
 }
 
-// Before the gradient kernels: delta, then dbias (or its workspace) zeroed and, for the register
-// rows, zero gradients for keys past seqused_k.
+// Before the gradient kernels: delta (and `zero`, a workspace with delta's rows, cleared by the
+// same kernel; null: none), then dbias (or its workspace) zeroed and, for the register rows,
+// zero gradients for keys past seqused_k.
 template <class Element>
-Status backward_prologue(const BwdParams& p, bool zero_unused_keys, cudaStream_t stream) {
+Status backward_prologue(const BwdParams& p, bool zero_unused_keys, cudaStream_t stream,
+                         const GradAccum* zero = nullptr) {
   const std::int64_t delta_rows = (p.seqstart_q ? 1 : p.batch) * p.delta_rows * p.heads_q;
+  GradAccum cleared{};
+  if (zero != nullptr) {
+    if (zero->batch * zero->rows * zero->heads == delta_rows) cleared = *zero;
+    else if (Status s = clear_accum(*zero, "gradient workspace", stream); !s.ok()) return s;
+  }
   if (delta_rows > 0)
-    delta_kernel<Element><<<elementwise_grid(delta_rows, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(p);
+    delta_kernel<Element><<<elementwise_grid(delta_rows, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(p, cleared);
   if (p.dbias_accum) {
     const std::int64_t* w = p.dbias_accum_sizes;
     if (Status s = cuda_status(cudaMemsetAsync(p.dbias_accum, 0, std::size_t(w[0] * w[1] * w[2] * w[3]) * sizeof(float), stream),
@@ -156,12 +163,11 @@ Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
   return backward_epilogue<Element>(p, stream);
 }
 
-// The rows whose one kernel adds dQ to an fp32 workspace with atomics: the workspace zeroed,
-// launch_kernel(), then dQ written from the workspace.
+// The rows whose one kernel adds dQ to an fp32 workspace with atomics: the workspace zeroed (by
+// the delta kernel), launch_kernel(), then dQ written from the workspace.
 template <class Element, class LaunchKernel>
 Status launch_backward_dq_atomics(const BwdParams& p, cudaStream_t stream, LaunchKernel&& launch_kernel) {
-  if (Status s = backward_prologue<Element>(p, true, stream); !s.ok()) return s;
-  if (Status s = clear_accum(p.dq_accum, "dQ workspace", stream); !s.ok()) return s;
+  if (Status s = backward_prologue<Element>(p, true, stream, &p.dq_accum); !s.ok()) return s;
   if (Status s = launch_kernel(); !s.ok()) return s;
   finish_gradient<Element>(p.dq_accum, p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim,
                            p.scale, stream);
