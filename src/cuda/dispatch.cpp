@@ -127,11 +127,16 @@ bool dbias_tileable(const TensorRef& dbias) {
   return dbias.dtype != DType::f32 && rows_tileable(dbias, steps);
 }
 
-// Whether dbias sums over a broadcast dimension (then dS goes through an fp32 workspace).
-bool dbias_summed(const detail::Problem& p) {
+// Whether dbias sums over dimension d (b, h, i, j): the bias is broadcast along it and it has
+// more than one element. Such a dbias goes through an fp32 workspace (plan_dbias_accum).
+bool dbias_sums_over(const detail::Problem& p, int d) {
   const std::int64_t full[4] = {p.batch, p.heads_q, p.seqlen_q, p.seqlen_k};
+  return p.bias_broadcast[d] && full[d] > 1;
+}
+
+bool dbias_summed(const detail::Problem& p) {
   for (int d = 0; d < 4; ++d)
-    if (p.bias_broadcast[d] && full[d] > 1) return true;
+    if (dbias_sums_over(p, d)) return true;
   return false;
 }
 
@@ -366,14 +371,11 @@ struct BackwardPlan {
 // Returns its size in elements (0: dS is written to dbias directly).
 std::int64_t plan_dbias_accum(const detail::Problem& p, bool deterministic, BwdParams* b) {
   const std::int64_t full[4] = {p.batch, p.heads_q, p.seqlen_q, p.seqlen_k};
-  bool summed = false;
   for (int d = 0; d < 4; ++d) {
-    const bool broadcast = p.bias_broadcast[d] && full[d] > 1;
-    summed = summed || broadcast;
-    b->dbias_reduced_sizes[d] = broadcast ? 1 : full[d];
+    b->dbias_reduced_sizes[d] = dbias_sums_over(p, d) ? 1 : full[d];
     b->dbias_accum_sizes[d] = deterministic ? full[d] : b->dbias_reduced_sizes[d];
   }
-  if (!summed) return 0;
+  if (!dbias_summed(p)) return 0;
   b->dbias_atomic = !deterministic;
   std::int64_t stride = 1;
   for (int d = 3; d >= 0; --d) {

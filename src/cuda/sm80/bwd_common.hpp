@@ -45,8 +45,7 @@ __device__ __forceinline__ Element* dv_at(const BwdParams& p, std::int64_t b, st
 template <class Element>
 __device__ __forceinline__ void store4(Element* dst, float4 v) {
   if constexpr (sizeof(Element) == 2) {
-    const auto bits = [](float x) { return std::uint32_t(Element(x).raw()); };
-    *reinterpret_cast<uint2*>(dst) = make_uint2(bits(v.x) | bits(v.y) << 16, bits(v.z) | bits(v.w) << 16);
+    *reinterpret_cast<uint2*>(dst) = make_uint2(pack_pair<Element>(v.x, v.y), pack_pair<Element>(v.z, v.w));
   } else {
     *reinterpret_cast<float4*>(dst) = v;
   }
@@ -57,8 +56,8 @@ template <class Element>
 __device__ __forceinline__ float4 load4(const Element* src) {
   if constexpr (sizeof(Element) == 2) {
     const uint2 w = *reinterpret_cast<const uint2*>(src);
-    const auto value = [](std::uint32_t bits) { return float(Element::bitcast(std::uint16_t(bits))); };
-    return make_float4(value(w.x & 0xffffu), value(w.x >> 16), value(w.y & 0xffffu), value(w.y >> 16));
+    const float2 lo = unpack_pair<Element>(w.x), hi = unpack_pair<Element>(w.y);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
   } else {
     return *reinterpret_cast<const float4*>(src);
   }
@@ -69,18 +68,20 @@ __device__ __forceinline__ float4 load4(const Element* src) {
 // One warp per row with three 64-bit divisions each made the elementwise kernels below
 // instruction-bound (delta 100 us, the dQ conversion 277 us at the suite's 16384 x 2048).
 struct WarpRows {
+  std::int64_t rows;
+  int heads;
   std::int64_t begin, end;
-  std::int64_t b, row;
+  std::int64_t b, row;  // of the current index, stepped by next()
   int h;
 
-  __device__ WarpRows(std::int64_t total, std::int64_t rows, int heads) {
+  __device__ WarpRows(std::int64_t total, std::int64_t rows_, int heads_) : rows(rows_), heads(heads_) {
     const std::int64_t warps = std::int64_t(gridDim.x) * (blockDim.x / 32);
     const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     const std::int64_t share = (total + warps - 1) / warps;
     begin = min(total, warp * share), end = min(total, begin + share);
     h = int(begin % heads), row = (begin / heads) % rows, b = begin / (std::int64_t(heads) * rows);
   }
-  __device__ void next(std::int64_t rows, int heads) {
+  __device__ void next() {
     if (++h == heads) {
       h = 0;
       if (++row == rows) row = 0, ++b;
@@ -128,11 +129,11 @@ __global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdP
   for (std::int64_t w = r.begin; w < r.end; w += 2) {
     const std::int64_t b0 = r.b, row0 = r.row;
     const int h0 = r.h;
-    r.next(p.delta_rows, p.heads_q);
+    r.next();
     const bool two = w + 1 < r.end;
     const std::int64_t b1 = r.b, row1 = r.row;
     const int h1 = r.h;
-    r.next(p.delta_rows, p.heads_q);
+    r.next();
     float sum0 = partial(b0, row0, h0);
     float sum1 = two ? partial(b1, row1, h1) : 0.0f;
     sum0 = row_sum_all<32>(sum0);
@@ -278,8 +279,8 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
       for (int e = 0; e < size(dp); e += 2) {
         int r, c;
         tile_row_col<kKeyRows>(coord, e, &r, &c);
-        const std::uint32_t pair = std::uint32_t(Element(dp(e)).raw()) | (std::uint32_t(Element(dp(e + 1)).raw()) << 16);
-        *reinterpret_cast<std::uint32_t*>(shared_bias.tile + r * shared_bias.pitch + c * 2) = pair;
+        *reinterpret_cast<std::uint32_t*>(shared_bias.tile + r * shared_bias.pitch + c * 2) =
+            pack_pair<Element>(dp(e), dp(e + 1));
       }
     } else if (p.dbias_accum != nullptr) {
       float* accum = p.dbias_accum + std::int64_t(t.b) * p.dbias_accum_strides[0] +

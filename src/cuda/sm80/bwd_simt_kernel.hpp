@@ -246,9 +246,8 @@ __global__ void __launch_bounds__(256) finish_gradient_kernel(GradAccum g, Eleme
                                                               std::int64_t row_stride, std::int64_t head_stride,
                                                               int cols, float scale) {
   const int lane = threadIdx.x % 32;
-  const int heads = int(g.heads);
-  WarpRows r(g.batch * g.rows * g.heads, g.rows, heads);
-  for (std::int64_t w = r.begin; w < r.end; ++w, r.next(g.rows, heads)) {
+  WarpRows r(g.batch * g.rows * g.heads, g.rows, int(g.heads));
+  for (std::int64_t w = r.begin; w < r.end; ++w, r.next()) {
     const float* src = g.data + w * g.ld;  // the workspace's rows are whole 16-byte chunks
     Element* dst = out + r.b * batch_stride + r.row * row_stride + std::int64_t(r.h) * head_stride;
     if (cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(dst) % (4 * sizeof(Element)) == 0) {

@@ -57,6 +57,16 @@ __device__ __forceinline__ Element* o_at(const FwdParams& p, std::int64_t b, std
   return static_cast<Element*>(p.out) + b * p.o_batch_stride + row * p.o_row_stride + h * p.o_head_stride;
 }
 
+// Two neighbouring 16-bit elements (lo at the lower address) as one 32-bit word, and back.
+template <class Element>
+__device__ __forceinline__ std::uint32_t pack_pair(float lo, float hi) {
+  return std::uint32_t(Element(lo).raw()) | (std::uint32_t(Element(hi).raw()) << 16);
+}
+template <class Element>
+__device__ __forceinline__ float2 unpack_pair(std::uint32_t w) {
+  return make_float2(float(Element::bitcast(std::uint16_t(w & 0xffffu))), float(Element::bitcast(std::uint16_t(w >> 16))));
+}
+
 // The value unchanged, but opaque to the optimiser: what is derived from it is computed where it
 // is used instead of being hoisted out of a loop and kept live (register pressure).
 template <class T>

@@ -138,8 +138,7 @@ __device__ __forceinline__ void add_shared_bias_pairs(const FwdParams& p, const 
       if constexpr (sizeof(BiasT) == 4) {
         b = *reinterpret_cast<const float2*>(tile + dr * bias.pitch + dc * 4);
       } else {
-        const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(tile + dr * bias.pitch + dc * 2);
-        b = make_float2(float(BiasT::bitcast(std::uint16_t(w & 0xffffu))), float(BiasT::bitcast(std::uint16_t(w >> 16))));
+        b = unpack_pair<BiasT>(*reinterpret_cast<const std::uint32_t*>(tile + dr * bias.pitch + dc * 2));
       }
       s_rc(r, c) = fmaf(b.x, kLog2e, s_rc(r, c) * p.scale_log2);
       s_rc(r, c + 1) = fmaf(b.y, kLog2e, s_rc(r, c + 1) * p.scale_log2);
