@@ -165,11 +165,16 @@ class _EagerAttention(torch.autograd.Function):
                             seqstart_k, seqused_k)
         _setup_context(ctx, (q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
                              seqstart_k, seqused_k, deterministic), (out, lse))
+        # The LSE's gradient is never used: without this autograd fills a zero tensor for it (a
+        # kernel launch on the path to the backward's first kernel).
+        ctx.set_materialize_grads(False)
         return out, lse
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout, dlse):
+        if dout is None:  # only the LSE was used, which has no gradient
+            return (None,) * 14
         args = _backward_inputs(ctx, dout)
         return _gradients(*_backward_op(*args), args[-1])
 

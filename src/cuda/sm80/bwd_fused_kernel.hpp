@@ -216,8 +216,17 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   // The steps: every query tile of [query_begin, query_end), for each head of the group.
   const int q_tiles = query_end > query_begin ? int((query_end - query_begin + kQueries - 1) / kQueries) : 0;
   const int steps = p.group * q_tiles;
-  const auto step_head = [&](int step) { return work.hk * p.group + step / q_tiles; };
-  const auto step_m0 = [&](int step) { return query_begin + std::int64_t(step % q_tiles) * kQueries; };
+  // A step's query head and first query row, advanced step by step (no division per step).
+  struct Step {
+    int h;
+    std::int64_t m0;
+  };
+  const std::int64_t tiles_end = query_begin + std::int64_t(q_tiles) * kQueries;
+  const auto after = [&](Step s) {
+    s.m0 += kQueries;
+    if (s.m0 == tiles_end) s.m0 = query_begin, ++s.h;
+    return s;
+  };
   const auto step_rows = [&](std::int64_t m0) { return int(min(std::int64_t(kQueries), seq.q_len - m0)); };
 
   Element* base = reinterpret_cast<Element*>(smem);
@@ -251,7 +260,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   // Everything derived from the thread index is rebuilt from an opaque copy of it at each use, so
   // that no per-copy addresses stay live across the steps (register pressure).
   const auto load_tile = [&](const auto& gmem, auto& smem_tile, int rows, int cols) {
-    auto thr = load.get_thread_slice(opaque(int(threadIdx.x)));
+    auto thr = load.get_thread_slice(opaque_thread<Traits::kThreads>());
     copy_predicated(load, thr.partition_S(gmem), thr.partition_D(smem_tile),
                     thr.partition_S(make_identity_tensor(shape(gmem))), rows, cols);
   };
@@ -261,9 +270,9 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
             v_cols);
   cp_async_fence();
   // Issues the cp.async copies of a step's Q and dO and fetches its row statistics.
-  const auto load_step = [&](int step) {
-    const int h = step_head(step);
-    const std::int64_t m0 = step_m0(step), q_row = seq.q_begin + m0;
+  const auto load_step = [&](Step at) {
+    const int h = at.h;
+    const std::int64_t m0 = at.m0, q_row = seq.q_begin + m0;
     const int rows = step_rows(m0);
     load_tile(global_tile(q_at<Element>(p, seq.batch, q_row, h) + col0, tile_q, p.q_row_stride), sQ, rows, qk_cols);
     load_tile(global_tile(do_at<Element>(p, seq.batch, q_row, h) + col0, tile_q, p.do_row_stride), sdO, rows,
@@ -287,12 +296,13 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   clear(acc_dv);
   const std::int64_t dq_row_ld = p.dq_accum.heads * p.dq_accum.ld;
 
-  if (steps > 0) stage_row_stat<kQueries>(load_step(0), lse2, delta);
-  for (int step = 0; step < steps; ++step) {
-    const int h = step_head(step);
-    const std::int64_t m0 = step_m0(step);
+  Step at{work.hk * p.group, query_begin};
+  if (steps > 0) stage_row_stat<kQueries>(load_step(at), lse2, delta);
+  for (int step = 0; step < steps; ++step, at = after(at)) {
+    const int h = at.h;
+    const std::int64_t m0 = at.m0;
     const int rows = step_rows(m0);
-    const int t = opaque(int(threadIdx.x));
+    const int t = opaque_thread<Traits::kThreads>();
     cp_async_wait<0>();
     __syncthreads();  // this step's Q, dO and row statistics are in; the last step's dS reads are done
 
@@ -329,7 +339,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     gemm_smem_2slice<LdsmT, LdsmT>(mma_dkv, sdSt, sQt, acc_dk, t);
     __syncthreads();  // Q and dO are free: the next step's loads overlap the dQ GEMM
     RowStat next;
-    if (step + 1 < steps) next = load_step(step + 1);
+    if (step + 1 < steps) next = load_step(after(at));
 
     const auto tile_dq = make_shape(Int<kQueries>{}, Int<Traits::kDqCols>{});
     const Tensor coord_dq = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(tile_dq));

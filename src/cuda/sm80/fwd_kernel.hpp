@@ -76,7 +76,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   // past `cols` zero-filled). Everything derived from the thread index is rebuilt from an opaque
   // copy of it at each use so that the compiler keeps no per-copy addresses live across the loop.
   const auto load_kv = [&](const Element* base, std::int64_t row_stride, Element* smem_dst, int n, int cols) {
-    const int t = opaque(int(threadIdx.x));
+    const int t = opaque_thread<Traits::kThreads>();
     auto thr = load.get_thread_slice(t);
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
     Tensor g = cute::make_tensor(make_gmem_ptr(opaque(base) + n0 * row_stride), tile_kv, make_stride(row_stride, _1{}));
@@ -124,7 +124,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     constexpr bool kMasked = decltype(masked_tag)::value;
     constexpr bool kScaleInSoftmax = decltype(scale_in_softmax_tag)::value;
     static_assert(!kScaleInSoftmax || (!kMasked && (kFeatures & kBias) == 0));
-    const int t = opaque(int(threadIdx.x));
+    const int t = opaque_thread<Traits::kThreads>();
     auto thr_mma = mma.get_thread_slice(t);
     Tensor tSrQ = thr_mma.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K)
     Tensor tSrK = thr_mma.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K)

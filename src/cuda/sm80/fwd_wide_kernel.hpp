@@ -78,7 +78,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk) + col0;
   // Copies K or V tile n (rows past the keys and columns past `cols` zero-filled).
   const auto load_kv = [&](const Element* base, std::int64_t row_stride, Element* dst, int n, int cols) {
-    auto thr = load.get_thread_slice(opaque(tid));
+    auto thr = load.get_thread_slice(opaque_thread<Traits::kThreads>());
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
     Tensor g = cute::make_tensor(make_gmem_ptr(opaque(base) + n0 * row_stride), tile_kv, make_stride(row_stride, _1{}));
     Tensor s = cute::make_tensor(make_smem_ptr(dst), typename Traits::SmemLayoutKV{});
@@ -126,7 +126,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   // FLOPs) instead of being waited for (2026-11-22 (11)). Groups of copies in flight at the top:
   // K(n), then V(n + 1).
   for (int n = n_last; n >= n_first; --n) {
-    const int t = opaque(tid);
+    const int t = opaque_thread<Traits::kThreads>();
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
     cp_async_wait<1>();
     __syncthreads();  // K(n) landed; everyone is done with the row maxima of tile n + 1
@@ -194,7 +194,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   }
   cp_async_wait<0>();
   __syncthreads();  // the last tile's V, P and rescale factors are in
-  accumulate_pv(opaque(tid));
+  accumulate_pv(opaque_thread<Traits::kThreads>());
 
   // Epilogue: each row's sum from both key halves, LSE, O normalised and written through shared
   // memory (Q's space).

@@ -100,7 +100,7 @@ __device__ __forceinline__ void load_bias_tile_of(const FwdParams& p, int b, int
     // The column and its bounds come again from an opaque thread index at each copy (a few
     // instructions) instead of staying live through the loop: at the forward's call the
     // registers are full (kept live, they spilled 40 bytes in the key loop).
-    const int k = opaque(int(threadIdx.x)) % kChunksPerRow;
+    const int k = opaque_thread<kThreads>() % kChunksPerRow;
     const std::int64_t j = n0 + k * kElemsPerChunk;
     const int bytes = m0 + r < q_len && j < k_len ? int(min(std::int64_t(16), (k_len - j) * kElemBytes)) : 0;
     cp_async_zfill16(dst + r * Shape::kPitch + k * 16, src, bytes);
