@@ -174,7 +174,7 @@ class _EagerAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout, dlse):
         if dout is None:  # only the LSE was used, which has no gradient
-            return (None,) * 14
+            return _gradients(None, None, None, None, False)
         args = _backward_inputs(ctx, dout)
         return _gradients(*_backward_op(*args), args[-1])
 
