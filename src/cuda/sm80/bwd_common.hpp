@@ -17,10 +17,10 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// Row (b, row, h) of a gradient's fp32 workspace; the next row of the same head is
-// g.heads * g.ld floats further.
+// Row (b, row, h) of a gradient's fp32 workspace; the next row of the same head is g.ld floats
+// further.
 __device__ __forceinline__ float* accum_row(const GradAccum& g, std::int64_t b, std::int64_t row, int h) {
-  return g.data + ((b * g.rows + row) * g.heads + h) * g.ld;
+  return g.data + ((b * g.heads + h) * g.rows + row) * g.ld;
 }
 
 // The same for dO (read) and the gradients dQ, dK, dV (written).
@@ -119,10 +119,10 @@ __global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdP
     }
     return sum;
   };
-  const auto finish = [&](std::int64_t w, std::int64_t b, std::int64_t row, int h, float sum) {
+  const auto finish = [&](std::int64_t b, std::int64_t row, int h, float sum) {
     if (lane == 0) p.delta[(b * p.heads_q + h) * p.delta_rows + row] = sum;
     if (zero.data != nullptr) {  // rows of whole 16-byte chunks
-      float4* z = reinterpret_cast<float4*>(zero.data + w * zero.ld);
+      float4* z = reinterpret_cast<float4*>(accum_row(zero, b, row, h));
       for (std::int64_t c = lane; c < zero.ld / 4; c += 32) z[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   };
@@ -138,8 +138,8 @@ __global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdP
     float sum1 = two ? partial(b1, row1, h1) : 0.0f;
     sum0 = row_sum_all<32>(sum0);
     sum1 = row_sum_all<32>(sum1);
-    finish(w, b0, row0, h0, sum0);
-    if (two) finish(w + 1, b1, row1, h1, sum1);
+    finish(b0, row0, h0, sum0);
+    if (two) finish(b1, row1, h1, sum1);
   }
 }
 

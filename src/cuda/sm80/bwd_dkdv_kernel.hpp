@@ -65,7 +65,7 @@ __device__ __forceinline__ void add_dq_atomic(const BwdParams& p, const TiledMma
   const auto chunk_shape = make_shape(Int<kQueries>{}, Int<kDqChunk>{});
   Tensor coord = thr_mma.partition_C(make_identity_tensor(chunk_shape));  // (query, column in chunk)
   float* base = accum_row(p.dq_accum, batch, q_row, h);
-  const std::int64_t row_ld = p.dq_accum.heads * p.dq_accum.ld;
+  const std::int64_t row_ld = p.dq_accum.ld;
   CUTE_UNROLL
   for (int c0 = 0; c0 < kHeadDim; c0 += kDqChunk) {
     if (c0 >= p.head_dim) break;

@@ -13,8 +13,10 @@
 // warp grid and each warp reads only its share, which with the single pass over S and dP (five
 // GEMMs instead of seven) cuts the shared-memory bytes per useful FLOP by ~40%, and a D = 256
 // tile's dK and dV fit in the registers of 8 warps. dQ goes through shared memory to the
-// workspace (stage_fragment, flush_staged); with that the rows are the plain default at D = 128
-// and 256 (docs/perf-notes.md, 2026-11-22 (6)).
+// workspace (stage_fragment, then DqBlockFlush or flush_staged); with that the rows are the plain
+// default at D = 128 and 256 (docs/perf-notes.md, 2026-11-22 (6)). The workspace is head-major,
+// so a step's dQ tile is one block there, and its atomics are issued during the next step's S and
+// dP MMAs (2026-11-22 (13)).
 //
 // Pipelining: the next tile's Q and dO are loaded (cp.async) as soon as the dK GEMM has read
 // this tile's, so the loads overlap the dQ GEMM and its atomics; its LSE and delta are fetched
@@ -87,13 +89,12 @@ struct RowStat {
   float delta = 0.0f;
 };
 
-__device__ __forceinline__ RowStat fetch_row_stat(const BwdParams& p, const SequenceInfo& seq, int h,
-                                                  std::int64_t m0, int rows) {
+// `lse` and `delta`: the step's first row's.
+__device__ __forceinline__ RowStat fetch_row_stat(const BwdParams& p, const float* lse, const float* delta, int rows) {
   RowStat s;
   if (int(threadIdx.x) < rows) {
-    const std::int64_t row = seq.q_begin + m0 + threadIdx.x;
-    s.lse = p.lse[seq.batch * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
-    s.delta = p.delta[(seq.batch * p.heads_q + h) * p.delta_rows + row];
+    s.lse = __ldg(lse + threadIdx.x * p.lse_row_stride);
+    s.delta = __ldg(delta + threadIdx.x);
   }
   return s;
 }
@@ -167,9 +168,25 @@ __device__ __forceinline__ void sdp_split_head_dim(const TileQ& sQ, const TileK&
   }
 }
 
+// *addr += v in global memory, with no result. (The step cursor's pointers reach here through a
+// loop-carried value whose address space the compiler no longer knows: atomicAdd became a generic
+// atomic with a shared-memory test per call.)
+__device__ __forceinline__ void red_add_global(float* addr, float v) {
+  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(addr), "f"(v) : "memory");
+}
+// The same when `add` (the rows of a partial tile; ptxas makes each a short branch).
+__device__ __forceinline__ void red_add_global_if(float* addr, float v, bool add) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p red.global.add.f32 [%0], %1;\n}" ::"l"(addr), "f"(v),
+      "r"(int(add))
+      : "memory");
+}
+
 // Adds the staged rows x kCols tile to `out` (row r at out + r * row_ld), columns below `cols`
-// only. A thread keeps one column; the loop is unrolled only four times (fully unrolled, its
-// addresses and loads took registers from the live dK/dV accumulators: 270-560 B of spills).
+// only: dQ of a head-dim share (kHeadSplit > 1), or of a workspace whose rows are wider than the
+// tile (DqBlockFlush below otherwise). A thread keeps one column; the loop is unrolled only four
+// times (fully unrolled, its addresses and loads took registers from the live dK/dV accumulators:
+// 270-560 B of spills).
 template <int kCols, int kThreads>
 __device__ __forceinline__ void flush_staged(const float* stage, int ld, float* out, std::int64_t row_ld, int rows,
                                              int cols) {
@@ -189,12 +206,73 @@ __device__ __forceinline__ void flush_staged(const float* stage, int ld, float* 
     stage += row * ld + col;
 #pragma unroll 4
     for (; row < rows; row += kRowStep) {
-      atomicAdd(out, *stage);
+      red_add_global(out, *stage);
       out += kRowStep * row_ld;
       stage += kRowStep * ld;
     }
   }
 }
+
+// The same for a workspace tile that is one block (rows kCols floats apart, all columns), in
+// kParts parts that the next step issues between its S and dP MMAs, so that the loads and
+// atomics overlap the tensor cores instead of following the dQ GEMM (the stage is not written
+// again before the next step's dQ GEMM, two barriers later). Each part's staged values are
+// loaded one part ahead, so that no atomic waits for its load in the middle of the MMAs. Thread t
+// adds the tile's elements t, t + kThreads, ... (pass i: element i * kThreads + t): each atomic's
+// address is the thread's base plus a constant, and so is the staged element's. (With a runtime
+// row stride each row's 64-bit address took ~5 integer instructions per atomic.)
+template <int kRows, int kCols, int kThreads, int kParts>
+struct DqBlockFlush {
+  static_assert(kCols % kThreads == 0 || kThreads % kCols == 0);
+  static constexpr int kPassesPerRow = kCols >= kThreads ? kCols / kThreads : 1;
+  static constexpr int kRowsPerPass = kCols >= kThreads ? 1 : kThreads / kCols;
+  static constexpr int kPasses = kRows * kCols / kThreads;
+  static constexpr int kPassesPerPart = (kPasses + kParts - 1) / kParts;
+  const float* stage;  // the thread's first staged element
+  int ld;              // the stage's row pitch
+  float* out;          // the thread's first element of the workspace tile
+  int passes;          // passes within the tile's rows (<= 0: nothing to add)
+  bool full;           // all kRows rows (every thread: a uniform branch, no predicates)
+  float loaded[2][kPassesPerPart];  // parts p and p + 1 (registers: every index is a constant)
+
+  // `rows` 0: nothing pending (out is not used).
+  __device__ DqBlockFlush(const float* stage_tile, int stage_ld, float* out_tile, int rows, int t)
+      : stage(stage_tile + t / kCols * stage_ld + t % kCols), ld(stage_ld), out(out_tile + t) {
+    const int rows_left = rows - t / kCols;  // rows of the thread's column
+    passes = kCols >= kThreads ? rows_left * kPassesPerRow : (rows_left + kRowsPerPass - 1) / kRowsPerPass;
+    full = rows == kRows;
+  }
+  // `part` is a compile-time value once the caller's loop is unrolled.
+  __device__ __forceinline__ void load(int part) {
+    CUTE_UNROLL
+    for (int j = 0; j < kPassesPerPart; ++j) {
+      const int i = part * kPassesPerPart + j;
+      if (i < kPasses) loaded[part % 2][j] = stage[i / kPassesPerRow * kRowsPerPass * ld + i % kPassesPerRow * kThreads];
+    }
+  }
+  // Adds part `part` (loaded before) and loads the next.
+  __device__ __forceinline__ void add(int part) {
+    if (part + 1 < kParts) load(part + 1);
+    if (full) {
+      CUTE_UNROLL
+      for (int j = 0; j < kPassesPerPart; ++j) {
+        const int i = part * kPassesPerPart + j;
+        if (i < kPasses) red_add_global(out + i * kThreads, loaded[part % 2][j]);
+      }
+    } else {
+      CUTE_UNROLL
+      for (int j = 0; j < kPassesPerPart; ++j) {
+        const int i = part * kPassesPerPart + j;
+        if (i < kPasses) red_add_global_if(out + i * kThreads, loaded[part % 2][j], i < passes);
+      }
+    }
+  }
+  __device__ __forceinline__ void add_all() {
+    load(0);
+    CUTE_UNROLL
+    for (int part = 0; part < kParts; ++part) add(part);
+  }
+};
 
 // `exchanges`: the cluster's exchanges so far (kHeadSplit > 1), across work items.
 template <class Traits, unsigned kFeatures>
@@ -216,16 +294,46 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   // The steps: every query tile of [query_begin, query_end), for each head of the group.
   const int q_tiles = query_end > query_begin ? int((query_end - query_begin + kQueries - 1) / kQueries) : 0;
   const int steps = p.group * q_tiles;
-  // A step's query head and first query row, advanced step by step (no division per step).
+  // A step's query head and first query row, and the addresses of its rows, advanced step by step:
+  // no division, and no 64-bit address rebuilt from (batch, head, row) per step (that was ~140
+  // uniform instructions per warp and step) except when the head changes.
   struct Step {
     int h;
     std::int64_t m0;
+    const Element* q;  // the step's first row's, at column col0
+    const Element* dout;
+    float* dq;
+    const float* lse;
+    const float* delta;
+  };
+  const auto step_at = [&](int h, std::int64_t m0) {
+    const std::int64_t q_row = seq.q_begin + m0;
+    return Step{h,
+                m0,
+                q_at<Element>(p, seq.batch, q_row, h) + col0,
+                do_at<Element>(p, seq.batch, q_row, h) + col0,
+                accum_row(p.dq_accum, seq.batch, q_row, h) + col0,
+                p.lse + seq.batch * p.lse_batch_stride + h * p.lse_head_stride + q_row * p.lse_row_stride,
+                p.delta + (seq.batch * p.heads_q + h) * p.delta_rows + q_row};
   };
   const std::int64_t tiles_end = query_begin + std::int64_t(q_tiles) * kQueries;
   const auto after = [&](Step s) {
+    if (s.m0 + kQueries == tiles_end) return step_at(s.h + 1, query_begin);
     s.m0 += kQueries;
-    if (s.m0 == tiles_end) s.m0 = query_begin, ++s.h;
+    if constexpr (kSplit == 1) {
+      s.q += kQueries * p.q_row_stride;
+      s.dout += kQueries * p.do_row_stride;
+      s.dq += kQueries * p.dq_accum.ld;
+      s.lse += kQueries * p.lse_row_stride;
+      s.delta += kQueries;
+    }
     return s;
+  };
+  // A step's addresses: carried, or in the split rows recomputed where they are used (their
+  // exchange keeps more registers live: five carried 64-bit addresses spilled 28-36 bytes).
+  const auto addresses = [&](const Step& s) {
+    if constexpr (kSplit > 1) return step_at(s.h, s.m0);
+    else return s;
   };
   const auto step_rows = [&](std::int64_t m0) { return int(min(std::int64_t(kQueries), seq.q_len - m0)); };
 
@@ -270,17 +378,15 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
             v_cols);
   cp_async_fence();
   // Issues the cp.async copies of a step's Q and dO and fetches its row statistics.
-  const auto load_step = [&](Step at) {
-    const int h = at.h;
-    const std::int64_t m0 = at.m0, q_row = seq.q_begin + m0;
-    const int rows = step_rows(m0);
-    load_tile(global_tile(q_at<Element>(p, seq.batch, q_row, h) + col0, tile_q, p.q_row_stride), sQ, rows, qk_cols);
-    load_tile(global_tile(do_at<Element>(p, seq.batch, q_row, h) + col0, tile_q, p.do_row_stride), sdO, rows,
-              v_cols);
+  const auto load_step = [&](const Step& step) {
+    const Step at = addresses(step);
+    const int rows = step_rows(at.m0);
+    load_tile(global_tile(at.q, tile_q, p.q_row_stride), sQ, rows, qk_cols);
+    load_tile(global_tile(at.dout, tile_q, p.do_row_stride), sdO, rows, v_cols);
     if (tile_bias)
-      load_bias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
+      load_bias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, at.h, at.m0, n0, seq.q_len, seq.k_len, smem_bias);
     cp_async_fence();
-    return fetch_row_stat(p, seq, h, m0, rows);
+    return fetch_row_stat(p, at.lse, at.delta, rows);
   };
 
   typename Traits::MmaSdp mma_sdp;
@@ -294,11 +400,18 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   Tensor acc_dv = partition_fragment_C(mma_dkv, tile_kv);
   clear(acc_dk);
   clear(acc_dv);
-  const std::int64_t dq_row_ld = p.dq_accum.heads * p.dq_accum.ld;
+  // dQ's workspace tile is one block (DqBlockFlush) when its rows are the tile's width; then a
+  // step's dQ is added during the next step's S and dP MMAs (where those are plain GEMMs), the
+  // last one after the loop.
+  const bool dq_block = kSplit == 1 && p.dq_accum.ld == kHeadDim;
+  constexpr int kSlicesK = kHeadDim / 16;  // k16 slices of the S and dP GEMMs
+  constexpr bool kDeferDq = kSplit == 1 && Traits::kSdpSlices == 1;
+  using DqFlush = DqBlockFlush<kQueries, kHeadDim, Traits::kThreads, 2 * kSlicesK>;
+  DqFlush pending(dq_stage, Smem::kDqLd, nullptr, 0, opaque_thread<Traits::kThreads>());
 
-  Step at{work.hk * p.group, query_begin};
+  Step at = step_at(work.hk * p.group, query_begin);
   if (steps > 0) stage_row_stat<kQueries>(load_step(at), lse2, delta);
-  for (int step = 0; step < steps; ++step, at = after(at)) {
+  for (int step = 0; step < steps; ++step) {
     const int h = at.h;
     const std::int64_t m0 = at.m0;
     const int rows = step_rows(m0);
@@ -314,8 +427,13 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     } else {
       clear(acc_s);
       clear(acc_dp);
-      gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t);
-      gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t);
+      if constexpr (kDeferDq) pending.load(0);
+      const auto add_dq = [&](int part) {
+        if constexpr (kDeferDq) pending.add(part);
+      };
+      gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t, add_dq);
+      gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t,
+                                                        [&](int kk) { add_dq(kSlicesK + kk); });
     }
     if constexpr (kSplit > 1) exchange.sum(exchanges++, acc_s, acc_dp);
     const Tensor coord_s = mma_sdp.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
@@ -339,11 +457,14 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     gemm_smem_2slice<LdsmT, LdsmT>(mma_dkv, sdSt, sQt, acc_dk, t);
     __syncthreads();  // Q and dO are free: the next step's loads overlap the dQ GEMM
     RowStat next;
-    if (step + 1 < steps) next = load_step(after(at));
+    Step next_at = at;
+    if (step + 1 < steps) {
+      next_at = after(at);
+      next = load_step(next_at);
+    }
 
     const auto tile_dq = make_shape(Int<kQueries>{}, Int<Traits::kDqCols>{});
     const Tensor coord_dq = mma_dq.get_thread_slice(t).partition_C(make_identity_tensor(tile_dq));
-    float* dq = accum_row(p.dq_accum, seq.batch, seq.q_begin + m0, h) + col0;
     CUTE_UNROLL
     for (int chunk = 0; chunk < kHeadDim / Traits::kDqCols; ++chunk) {
       Tensor acc_dq = partition_fragment_C(mma_dq, tile_dq);
@@ -354,10 +475,17 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
       stage_fragment(acc_dq, coord_dq, dq_stage, Smem::kDqLd, chunk * Traits::kDqCols);
     }
     __syncthreads();  // dQ is staged
-    flush_staged<kHeadDim, Traits::kThreads>(dq_stage, Smem::kDqLd, dq, dq_row_ld, rows, qk_cols);
+    if (!dq_block)
+      flush_staged<kHeadDim, Traits::kThreads>(dq_stage, Smem::kDqLd, addresses(at).dq, p.dq_accum.ld, rows, qk_cols);
+    else if constexpr (kDeferDq)
+      pending = DqFlush(dq_stage, Smem::kDqLd, at.dq, rows, t);
+    else
+      DqFlush(dq_stage, Smem::kDqLd, at.dq, rows, t).add_all();
     if constexpr (kSplit > 1) exchange.release();  // the exchange's slots are the dQ stage's memory
     if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
+    at = next_at;
   }
+  if constexpr (kDeferDq) pending.add_all();  // the last step's dQ (nothing when no step ran)
   cp_async_wait<0>();  // K and V, when no step ran
 
   CUTE_UNROLL

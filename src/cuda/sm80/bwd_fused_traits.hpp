@@ -51,7 +51,6 @@ struct FusedBwdTraits {
       kWarps == 4, Shape<_2, _2, _1>,
       std::conditional_t<(kBlockN >= kHeadDim), Shape<_4, _2, _1>,
                          std::conditional_t<(kBlockN <= 32), Shape<_1, _8, _1>, Shape<_2, _4, _1>>>>;
-  using WarpsDq = std::conditional_t<(kWarps == 8 && kBlockN <= 32), Shape<_1, _8, _1>, WarpsSdp>;
   // S and dP: each warp's share of an MMA step is 16 keys wide, or 8 when the CTA's keys are too
   // few for that (32 keys over 4 warps at D = 512; its B operand then loads with ldmatrix x2).
   static constexpr int kWarpsSdpN = decltype(size<1>(WarpsSdp{}))::value;
@@ -72,6 +71,12 @@ struct FusedBwdTraits {
   // K per step instead of 12 (2 x 4 over 128-column chunks), in two chunks instead of four.
   static constexpr int kDqCols = kHeadDim < 128 ? kHeadDim : kBlockN <= 32 ? 256 : 128;
   static_assert(kHeadDim % kDqCols == 0);
+  // The dQ GEMM's grid (queries x dQ columns of a chunk), as square per warp as it can be: a
+  // 128 x 64 chunk (D = 64) as 4 x 2 warps of 32 x 32, which read 16 KB of dS and K per warp and
+  // step instead of 20 (2 x 4: 64 x 16 each).
+  using WarpsDq = std::conditional_t<(kWarps == 8 && kBlockN <= 32), Shape<_1, _8, _1>,
+                                     std::conditional_t<(kWarps == 8 && kBlockM >= 2 * kDqCols), Shape<_4, _2, _1>,
+                                                        WarpsSdp>>;
 
   using MmaOp = typename Tiles::MmaOp;
   template <class Warps>

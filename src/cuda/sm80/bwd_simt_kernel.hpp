@@ -117,7 +117,7 @@ __device__ void dkdv_simt_tile(const BwdParams& p, const KvWorkItem& work, float
   const Element* v_ptr = v_at<Element>(p, seq.batch, k_row, work.hk);
   float* dk_accum = accum_row(p.dk_accum, seq.batch, k_row, work.hk);
   float* dv_accum = accum_row(p.dv_accum, seq.batch, k_row, work.hk);
-  const std::int64_t dk_ld = p.dk_accum.ld * p.dk_accum.heads, dv_ld = p.dv_accum.ld * p.dv_accum.heads;
+  const std::int64_t dk_ld = p.dk_accum.ld, dv_ld = p.dv_accum.ld;
 
   float* sAt = smem;
   float* sBt = sAt + Traits::kQtElems;
@@ -182,7 +182,7 @@ __device__ void dq_simt_tile(const BwdParams& p, const WorkItem& work, float* sm
   const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
   const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
   float* dq_accum = accum_row(p.dq_accum, seq.batch, q_row, work.h);
-  const std::int64_t dq_ld = p.dq_accum.ld * p.dq_accum.heads;
+  const std::int64_t dq_ld = p.dq_accum.ld;
 
   float* sAt = smem;
   float* sBt = sAt + Traits::kQtElems;
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(Traits::kThreads) dq_simt_kernel(const __grid_
 }
 
 // out[b][row][h][c] = scale * accum (in out's dtype and strides), for every element of a gradient:
-// a warp per row (b, row, h), which is row w of the workspace, read as float4s and written four
+// a warp per row (b, row, h) in out's order, the workspace's row read as float4s and written four
 // elements at a time where out's row allows. (Element by element, with the indices taken apart
 // per element, dQ's conversion took 277 us at the suite's 16384 tokens x 2048, ncu on the H100:
 // a tenth of a backward at S = 2048.)
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(256) finish_gradient_kernel(GradAccum g, Eleme
   const int lane = threadIdx.x % 32;
   WarpRows r(g.batch * g.rows * g.heads, g.rows, int(g.heads));
   for (std::int64_t w = r.begin; w < r.end; ++w, r.next()) {
-    const float* src = g.data + w * g.ld;  // the workspace's rows are whole 16-byte chunks
+    const float* src = accum_row(g, r.b, r.row, r.h);  // the workspace's rows are whole 16-byte chunks
     Element* dst = out + r.b * batch_stride + r.row * row_stride + std::int64_t(r.h) * head_stride;
     if (cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(dst) % (4 * sizeof(Element)) == 0) {
       for (int c = 4 * lane; c < cols; c += 4 * 32) {

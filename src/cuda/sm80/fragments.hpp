@@ -103,14 +103,21 @@ __device__ __forceinline__ void gemm_smem(const TiledMma& mma, const SmemA& sA, 
   }
 }
 
+// gemm_smem_2slice's default: nothing between the slices.
+struct NoWork {
+  __device__ void operator()(int) const {}
+};
+
 // acc += A B^T with both operands in shared memory, each read through its own copy atom
 // (ldmatrix, or ldmatrix.trans for a transposed view), k16 slice by slice into a two-slice
 // register buffer: reusing the buffer keeps the compiler from hoisting every slice's loads ahead
 // of the MMAs, which in kernels with large accumulators costs spills. tid: the thread index
 // (an opaque copy keeps the addresses derived from it from being hoisted out of a caller's loop).
-template <class AtomA, class AtomB, class TiledMma, class SmemA, class SmemB, class Acc>
+// after_slice(kk) runs after slice kk's MMAs are issued: other work for the warp to issue while
+// the tensor cores run them.
+template <class AtomA, class AtomB, class TiledMma, class SmemA, class SmemB, class Acc, class Work = NoWork>
 __device__ __forceinline__ void gemm_smem_2slice(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
-                                                 int tid) {
+                                                 int tid, const Work& after_slice = {}) {
   constexpr int kSliceK = 16;
   auto thr_mma = mma.get_thread_slice(tid);
   const auto slices_a = make_shape(size<0>(sA), Int<2 * kSliceK>{});
@@ -135,6 +142,7 @@ __device__ __forceinline__ void gemm_smem_2slice(const TiledMma& mma, const Smem
       copy(b_copy, sB_s2r(_, _, kk + 1), rB_view(_, _, (kk + 1) % 2));
     }
     gemm(mma, rA(_, _, kk % 2), rB(_, _, kk % 2), acc);
+    after_slice(kk);
   }
 }
 
