@@ -159,7 +159,13 @@ SM80_BACKWARD_FUSED_DEFAULT_BUCKETS = (64, 128, 256, 512)
 # With D = 64's 128 x 128 tile (one-pass vs two-kernel, H100, 2026-11-22 (7)): S = 512 118-124 vs
 # 128, S = 1024 146-148 vs 135-145, S = 2048 causal 151-155 vs 144: crossover 1024. D = 128 after
 # the scale moved into the exp2 FFMA: S = 1024 176 vs 180, S = 2048 causal 162 vs 180: still 2048.
-SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048, 256: 0, 512: 0}
+# After 2026-11-22 (12-13) (the step cursor, dQ's atomics during the next step's MMAs; `memattn
+# run`, H100): D = 128 S = 2048 causal 222 vs 191, S = 1024 241 vs 195, S = 1024 causal (about 512
+# queries per key) 177 vs 167; D = 64 S = 1024 causal 147 vs 123, S = 512 162 vs 132: 512 for
+# both, the shortest loops measured (below it, untried). The bias-tile rows keep the earlier
+# thresholds (not measured again).
+SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY = {64: 512, 128: 512, 256: 0, 512: 0}
+SM80_BACKWARD_FUSED_BIAS_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048}
 # One-pass rows with the head dim split over a cluster of CTAs (sm_90 family): bucket -> (queries,
 # keys, warps, CTAs). Every CTA runs the D = 256 row's 64 x 64 steps on its share of the head dim
 # (its share of K, V, Q, dO and of dK, dV, dQ) instead of the single CTA's 32 x 32 steps at
@@ -322,7 +328,7 @@ def backward_rows():
                 tm, tn, tw = SM80_BACKWARD_FUSED_BIAS_TILES[head_dim]
                 rows.append(Row(80, "bwd", dtype, head_dim, tm, tn, tw, "registers", "vector16", True, False,
                                 atomics=True, fused=True, bias_tile=True,
-                                min_queries_per_key=SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim]))
+                                min_queries_per_key=SM80_BACKWARD_FUSED_BIAS_MIN_QUERIES_PER_KEY[head_dim]))
             for variant, tile in enumerate(SM80_BACKWARD_FUSED_EXTRA_TILES[head_dim], start=1):
                 fallback = tile == SM80_BACKWARD_FUSED_FALLBACK_TILES.get(head_dim)
                 rows.append(Row(80, "bwd", dtype, head_dim, *tile, "registers", "vector16", False, False,

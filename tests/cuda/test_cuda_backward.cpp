@@ -102,8 +102,9 @@ TEST(CudaBackward, DropoutMaskMatchesTheMapping) {
   for (DType dtype : {DType::f32, DType::bf16, DType::f16}) check_dropout_masks(Backend::cuda, /*backward=*/true, dtype);
 }
 
-// The one-pass rows at D = 128 are chosen only for long query loops (their min_queries_per_key,
-// 2048: a key sees Mq queries, about Mq / 2 when causal), and never with `deterministic`.
+// The one-pass rows at D = 128 are chosen only for query loops of some length (their
+// min_queries_per_key, 512: a key sees Mq queries, about Mq / 2 when causal), and never with
+// `deterministic`.
 TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const std::vector<KernelInfo> rows = list_kernels();
@@ -131,10 +132,10 @@ TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
     return plan.find("_fused_") != std::string::npos;
   };
   EXPECT_TRUE(one_pass(4096, false, false));
-  EXPECT_TRUE(one_pass(4096, true, false));
-  EXPECT_TRUE(one_pass(2048, false, false));
-  EXPECT_FALSE(one_pass(2048, true, false));
-  EXPECT_FALSE(one_pass(512, false, false));
+  EXPECT_TRUE(one_pass(2048, true, false));
+  EXPECT_TRUE(one_pass(512, false, false));
+  EXPECT_FALSE(one_pass(512, true, false));
+  EXPECT_FALSE(one_pass(256, false, false));
   EXPECT_FALSE(one_pass(4096, false, true));
 }
 
