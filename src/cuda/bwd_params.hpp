@@ -8,11 +8,11 @@
 
 namespace memattn::cuda {
 
-// A gradient's fp32 accumulator in the workspace (rows that need no tensor-core fragment order):
-// element (b, row, h, c) at ((b * rows + row) * heads + h) * ld + c, ld a whole number of chunks.
-// A gradient's fp32 workspace, head-major: [batch][heads][rows][ld], so that the rows of one
-// head follow each other ld floats apart (a tile of a head's rows is one block when ld is the
-// tile's width: the one-pass rows add dQ to it at constant offsets, bwd_fused_kernel.hpp).
+// A gradient's fp32 accumulator in the workspace (rows that need no tensor-core fragment order),
+// head-major: element (b, row, h, c) at ((b * heads + h) * rows + row) * ld + c, ld a whole number
+// of chunks, so that the rows of one head follow each other ld floats apart (a tile of a head's
+// rows is one block when ld is the tile's width: the one-pass rows add dQ to it at constant
+// offsets, bwd_fused_kernel.hpp).
 struct GradAccum {
   float* data;
   std::int64_t batch, rows, heads, ld;

@@ -23,6 +23,14 @@ __device__ __forceinline__ float* accum_row(const GradAccum& g, std::int64_t b, 
   return g.data + ((b * g.heads + h) * g.rows + row) * g.ld;
 }
 
+// Row (b, row, h)'s LSE (the forward's output) and delta (the backward's rowsum(dO * O)).
+__device__ __forceinline__ const float* lse_at(const BwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
+  return p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride;
+}
+__device__ __forceinline__ float* delta_at(const BwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
+  return p.delta + (b * p.heads_q + h) * p.delta_rows + row;
+}
+
 // The same for dO (read) and the gradients dQ, dK, dV (written).
 template <class Element>
 __device__ __forceinline__ const Element* do_at(const BwdParams& p, std::int64_t b, std::int64_t row, std::int64_t h) {
@@ -120,7 +128,7 @@ __global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdP
     return sum;
   };
   const auto finish = [&](std::int64_t b, std::int64_t row, int h, float sum) {
-    if (lane == 0) p.delta[(b * p.heads_q + h) * p.delta_rows + row] = sum;
+    if (lane == 0) *delta_at(p, b, row, h) = sum;
     if (zero.data != nullptr) {  // rows of whole 16-byte chunks
       float4* z = reinterpret_cast<float4*>(accum_row(zero, b, row, h));
       for (std::int64_t c = lane; c < zero.ld / 4; c += 32) z[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -187,9 +195,9 @@ __device__ __forceinline__ void load_row_stats(const BwdParams& p, const Sequenc
     float l = INFINITY, d = 0.0f;
     if (r < rows) {
       const std::int64_t row = seq.q_begin + m0 + r;
-      l = p.lse[seq.batch * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_row_stride];
+      l = *lse_at(p, seq.batch, row, h);
       l = lse_base2(l);
-      d = p.delta[(seq.batch * p.heads_q + h) * p.delta_rows + row];
+      d = *delta_at(p, seq.batch, row, h);
     }
     lse2[r] = l;
     delta[r] = d;

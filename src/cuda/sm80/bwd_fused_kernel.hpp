@@ -221,7 +221,8 @@ __device__ __forceinline__ void flush_staged(const float* stage, int ld, float* 
 // adds the tile's elements t, t + kThreads, ... (pass i: element i * kThreads + t): each atomic's
 // address is the thread's base plus a constant, and so is the staged element's. (With a runtime
 // row stride each row's 64-bit address took ~5 integer instructions per atomic.)
-template <int kRows, int kCols, int kThreads, int kParts>
+// kStageLd: the stage's row pitch (floats).
+template <int kRows, int kCols, int kStageLd, int kThreads, int kParts>
 struct DqBlockFlush {
   static_assert(kCols % kThreads == 0 || kThreads % kCols == 0);
   static constexpr int kPassesPerRow = kCols >= kThreads ? kCols / kThreads : 1;
@@ -229,15 +230,14 @@ struct DqBlockFlush {
   static constexpr int kPasses = kRows * kCols / kThreads;
   static constexpr int kPassesPerPart = (kPasses + kParts - 1) / kParts;
   const float* stage;  // the thread's first staged element
-  int ld;              // the stage's row pitch
   float* out;          // the thread's first element of the workspace tile
   int passes;          // passes within the tile's rows (<= 0: nothing to add)
   bool full;           // all kRows rows (every thread: a uniform branch, no predicates)
   float loaded[2][kPassesPerPart];  // parts p and p + 1 (registers: every index is a constant)
 
   // `rows` 0: nothing pending (out is not used).
-  __device__ DqBlockFlush(const float* stage_tile, int stage_ld, float* out_tile, int rows, int t)
-      : stage(stage_tile + t / kCols * stage_ld + t % kCols), ld(stage_ld), out(out_tile + t) {
+  __device__ DqBlockFlush(const float* stage_tile, float* out_tile, int rows, int t)
+      : stage(stage_tile + t / kCols * kStageLd + t % kCols), out(out_tile + t) {
     const int rows_left = rows - t / kCols;  // rows of the thread's column
     passes = kCols >= kThreads ? rows_left * kPassesPerRow : (rows_left + kRowsPerPass - 1) / kRowsPerPass;
     full = rows == kRows;
@@ -247,7 +247,8 @@ struct DqBlockFlush {
     CUTE_UNROLL
     for (int j = 0; j < kPassesPerPart; ++j) {
       const int i = part * kPassesPerPart + j;
-      if (i < kPasses) loaded[part % 2][j] = stage[i / kPassesPerRow * kRowsPerPass * ld + i % kPassesPerRow * kThreads];
+      if (i < kPasses)
+        loaded[part % 2][j] = stage[i / kPassesPerRow * kRowsPerPass * kStageLd + i % kPassesPerRow * kThreads];
     }
   }
   // Adds part `part` (loaded before) and loads the next.
@@ -313,8 +314,8 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
                 q_at<Element>(p, seq.batch, q_row, h) + col0,
                 do_at<Element>(p, seq.batch, q_row, h) + col0,
                 accum_row(p.dq_accum, seq.batch, q_row, h) + col0,
-                p.lse + seq.batch * p.lse_batch_stride + h * p.lse_head_stride + q_row * p.lse_row_stride,
-                p.delta + (seq.batch * p.heads_q + h) * p.delta_rows + q_row};
+                lse_at(p, seq.batch, q_row, h),
+                delta_at(p, seq.batch, q_row, h)};
   };
   const std::int64_t tiles_end = query_begin + std::int64_t(q_tiles) * kQueries;
   const auto after = [&](Step s) {
@@ -406,8 +407,8 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   const bool dq_block = kSplit == 1 && p.dq_accum.ld == kHeadDim;
   constexpr int kSlicesK = kHeadDim / 16;  // k16 slices of the S and dP GEMMs
   constexpr bool kDeferDq = kSplit == 1 && Traits::kSdpSlices == 1;
-  using DqFlush = DqBlockFlush<kQueries, kHeadDim, Traits::kThreads, 2 * kSlicesK>;
-  DqFlush pending(dq_stage, Smem::kDqLd, nullptr, 0, opaque_thread<Traits::kThreads>());
+  using DqFlush = DqBlockFlush<kQueries, kHeadDim, Smem::kDqLd, Traits::kThreads, 2 * kSlicesK>;
+  DqFlush pending(dq_stage, nullptr, 0, opaque_thread<Traits::kThreads>());
 
   Step at = step_at(work.hk * p.group, query_begin);
   if (steps > 0) stage_row_stat<kQueries>(load_step(at), lse2, delta);
@@ -478,9 +479,9 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     if (!dq_block)
       flush_staged<kHeadDim, Traits::kThreads>(dq_stage, Smem::kDqLd, addresses(at).dq, p.dq_accum.ld, rows, qk_cols);
     else if constexpr (kDeferDq)
-      pending = DqFlush(dq_stage, Smem::kDqLd, at.dq, rows, t);
+      pending = DqFlush(dq_stage, at.dq, rows, t);
     else
-      DqFlush(dq_stage, Smem::kDqLd, at.dq, rows, t).add_all();
+      DqFlush(dq_stage, at.dq, rows, t).add_all();
     if constexpr (kSplit > 1) exchange.release();  // the exchange's slots are the dQ stage's memory
     if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
     at = next_at;
