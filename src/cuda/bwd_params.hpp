@@ -49,7 +49,6 @@ struct BwdParams : FwdParams {
   // memset of dbias_dense_bytes bytes (0: element by element).
   bool dbias_zero;
   std::int64_t dbias_dense_bytes;
-  float scale;  // softmax scale (dK and dQ carry it)
   // delta = rowsum(dO * O), fp32 [batch][heads_q][rows of q] with rows_per_batch = q.sizes[1].
   float* delta;
   std::int64_t delta_rows;  // rows per (batch, head): the tensors' M dimension

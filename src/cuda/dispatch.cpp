@@ -292,6 +292,7 @@ FwdParams forward_params(const Args& a, const detail::Problem& p, int block_m) {
     f.seqstart_k = a.varlen.seqstart_k;
     f.seqused_k = a.varlen.seqused_k;
   }
+  f.scale = float(p.scale);
   f.scale_log2 = float(p.scale * kLog2e);
   f.window_left = p.window_left;
   f.window_right = p.window_right;
@@ -407,7 +408,6 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
     b.dbias_row_stride = a.dbias.strides[2], b.dbias_col_stride = a.dbias.strides[3];
     for (int d = 0; d < 4; ++d) b.dbias_sizes[d] = a.dbias.sizes[d];
   }
-  b.scale = float(p.scale);
   b.delta_rows = a.q.sizes[1];
   b.num_n_blocks = int((p.seqlen_k + k.block_n - 1) / k.block_n);
   b.num_kv_blocks = std::int64_t(b.num_n_blocks) * p.heads_k * p.batch;

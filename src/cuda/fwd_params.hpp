@@ -30,6 +30,7 @@ struct FwdParams {
   const int* seqstart_k;
   const int* seqused_k;
 
+  float scale;       // softmax scale
   float scale_log2;  // softmax scale * log2(e)
 
   std::int64_t window_left, window_right;  // -1 = unbounded

@@ -100,54 +100,77 @@ struct WarpRows {
 // Rows per warp the elementwise kernels' grids aim at (WarpRows), eight warps per CTA.
 constexpr int kElementwiseRowsPerWarp = 8;
 
-// delta[b][h][row] = sum over the value dim of dO * O, a warp per (tensor batch, row, head), four
-// elements per load where both rows allow, two rows in flight per warp (one after the other, a
-// warp's load waited out its latency alone: ~1.6 TB/s). With `zero` set (the one-pass rows' dQ
-// workspace, whose rows are these rows), each row of it is cleared on the way, instead of by a
-// memset pass of its own.
-template <class Element>
-__global__ void __launch_bounds__(256) delta_kernel(const __grid_constant__ BwdParams p, GradAccum zero) {
-  const int lane = threadIdx.x % 32;
+// Row slots of delta_kernel a warp has in flight: with two, its loads reached ~2.2 TB/s (123 us
+// for the suite's 16384 x 2048 rows of D = 128 with the one-pass rows' dQ workspace cleared);
+// with four, 104 us.
+constexpr int kDeltaRowsInFlight = 4;
+// CTAs of delta_kernel per SM the registers must allow (128 registers a thread): left alone nvcc
+// took 145 (one CTA per SM, too few loads in flight for a kernel that only streams); for three
+// (85) it spilled 540 bytes.
+constexpr int kDeltaCtasPerSm = 2;
+
+// delta[b][h][row] = sum over the value dim of dO * O for the rows [batch][row][head], cleared
+// `zero` rows alongside when it is set (the one-pass rows' dQ workspace, whose rows are these
+// rows: no memset pass of its own). A row is read by kGroup lanes, four elements per load where
+// every row in flight allows: 16 where the rows have at most 16 such chunks (a whole warp per
+// D = 64 row left half its lanes idle: 168 us against D = 128's 104), else 32. A warp has
+// kDeltaRowsInFlight slots of 32 / kGroup rows in flight.
+template <class Element, int kGroup>
+__global__ void __launch_bounds__(256, kDeltaCtasPerSm) delta_kernel(const __grid_constant__ BwdParams p, GradAccum zero) {
+  constexpr int kSlots = kDeltaRowsInFlight, group = kGroup, per_slot = 32 / kGroup;
+  constexpr std::uintptr_t kVec = 4 * sizeof(Element);
+  const int lane = threadIdx.x % 32, sub = lane / group, gl = lane % group;
   const std::int64_t batches = p.seqstart_q ? 1 : p.batch;
   WarpRows r(batches * p.delta_rows * p.heads_q, p.delta_rows, p.heads_q);
-  // This lane's share of row (b, row, h)'s dot product.
-  const auto partial = [&](std::int64_t b, std::int64_t row, int h) {
-    const Element* o = o_at<Element>(p, b, row, h);
-    const Element* d = do_at<Element>(p, b, row, h);
-    float sum = 0.0f;
-    constexpr std::uintptr_t kVec = 4 * sizeof(Element);
-    if (p.head_dim_v % 4 == 0 && reinterpret_cast<std::uintptr_t>(o) % kVec == 0 &&
-        reinterpret_cast<std::uintptr_t>(d) % kVec == 0) {
-      for (int e = 4 * lane; e < p.head_dim_v; e += 4 * 32) {
-        const float4 x = load4(o + e), y = load4(d + e);
-        sum += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+  for (int i = 0; i < sub; ++i) r.next();  // this lane's row of each slot: the sub-th
+  for (std::int64_t w = r.begin + sub; w < r.end + sub; w += kSlots * per_slot) {
+    const Element* o[kSlots];
+    const Element* d[kSlots];
+    float* delta[kSlots];
+    float4* cleared[kSlots];
+    bool live[kSlots];
+    bool vec = p.head_dim_v % 4 == 0;
+    CUTE_UNROLL
+    for (int i = 0; i < kSlots; ++i) {
+      live[i] = w + i * per_slot < r.end;  // rows past the warp's share are not touched
+      o[i] = o_at<Element>(p, r.b, r.row, r.h);
+      d[i] = do_at<Element>(p, r.b, r.row, r.h);
+      delta[i] = delta_at(p, r.b, r.row, r.h);
+      cleared[i] = zero.data != nullptr ? reinterpret_cast<float4*>(accum_row(zero, r.b, r.row, r.h)) : nullptr;
+      vec = vec && reinterpret_cast<std::uintptr_t>(o[i]) % kVec == 0 &&
+            reinterpret_cast<std::uintptr_t>(d[i]) % kVec == 0;
+      CUTE_UNROLL
+      for (int k = 0; k < per_slot; ++k) r.next();
+    }
+    vec = __all_sync(0xffffffffu, vec);
+    float sum[kSlots] = {};
+    if (vec) {
+      for (int e = 4 * gl; e < p.head_dim_v; e += 4 * group) {
+        float4 x[kSlots], y[kSlots];
+        CUTE_UNROLL
+        for (int i = 0; i < kSlots; ++i)
+          if (live[i]) x[i] = load4(o[i] + e), y[i] = load4(d[i] + e);
+        CUTE_UNROLL
+        for (int i = 0; i < kSlots; ++i)
+          if (live[i]) sum[i] += x[i].x * y[i].x + x[i].y * y[i].y + x[i].z * y[i].z + x[i].w * y[i].w;
       }
     } else {
-      for (int e = lane; e < p.head_dim_v; e += 32) sum += float(o[e]) * float(d[e]);
+      CUTE_UNROLL
+      for (int i = 0; i < kSlots; ++i) {
+        if (!live[i]) continue;
+#pragma unroll 1
+        for (int e = gl; e < p.head_dim_v; e += group) sum[i] += float(o[i][e]) * float(d[i][e]);
+      }
     }
-    return sum;
-  };
-  const auto finish = [&](std::int64_t b, std::int64_t row, int h, float sum) {
-    if (lane == 0) *delta_at(p, b, row, h) = sum;
-    if (zero.data != nullptr) {  // rows of whole 16-byte chunks
-      float4* z = reinterpret_cast<float4*>(accum_row(zero, b, row, h));
-      for (std::int64_t c = lane; c < zero.ld / 4; c += 32) z[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    CUTE_UNROLL
+    for (int i = 0; i < kSlots; ++i) {
+      CUTE_UNROLL
+      for (int offset = 1; offset < group; offset *= 2) sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], offset);
+      if (!live[i]) continue;
+      if (gl == 0) *delta[i] = sum[i];
+      if (cleared[i] != nullptr)  // rows of whole 16-byte chunks
+        for (std::int64_t c = gl; c < zero.ld / 4; c += group) cleared[i][c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-  };
-  for (std::int64_t w = r.begin; w < r.end; w += 2) {
-    const std::int64_t b0 = r.b, row0 = r.row;
-    const int h0 = r.h;
-    r.next();
-    const bool two = w + 1 < r.end;
-    const std::int64_t b1 = r.b, row1 = r.row;
-    const int h1 = r.h;
-    r.next();
-    float sum0 = partial(b0, row0, h0);
-    float sum1 = two ? partial(b1, row1, h1) : 0.0f;
-    sum0 = row_sum_all<32>(sum0);
-    sum1 = row_sum_all<32>(sum1);
-    finish(b0, row0, h0, sum0);
-    if (two) finish(b1, row1, h1, sum1);
   }
 }
 
@@ -225,11 +248,13 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
                                               bool dbias_staged = false) {
   // Without bias the scale goes into the exp2 FFMA below (one instruction per score instead of
   // two) and the mask zeroes P and dS afterwards: a hidden score of -inf times a scale <= 0 would
-  // not give P = 0.
+  // not give P = 0. With bias the scores become scale * s + bias (one FFMA), hidden ones -inf,
+  // and log2(e) goes into the exp2 FFMA.
   constexpr bool kScaleInExp = (kFeatures & kBias) == 0;
   if constexpr (!kScaleInExp)
-    transform_scores<Element, bias_code(kFeatures), kKeyRows>(p, rule, t, masked, s, coord, shared_bias);
-  const float exp_scale = kScaleInExp ? p.scale_log2 : 1.0f;
+    transform_scores<Element, bias_code(kFeatures), kKeyRows>(p, rule, t, masked, s, coord, shared_bias,
+                                                              ScoreUnits{p.scale, 1.0f});
+  const float exp_scale = kScaleInExp ? p.scale_log2 : kLog2e;
   const bool dropout = (kFeatures & kDropout) != 0 && p.dropout;
   const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
   [[maybe_unused]] std::uint64_t keep_bits = 0;

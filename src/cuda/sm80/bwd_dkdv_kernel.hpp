@@ -178,7 +178,8 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
                       load_thr.partition_S(cute::make_tensor(make_gmem_ptr(do_ptr), tile_q, make_stride(p.do_row_stride, _1{}))),
                       load_thr.partition_D(sdO), tQc, rows, p.head_dim_v);
       if (tile_bias)
-        load_bias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
+        load_bias_tile_unrolled<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len,
+                                                                   smem_bias);
       cp_async_fence();
       load_row_stats<kQueries>(p, seq, h, m0, rows, lse2, delta);
       cp_async_wait<0>();

@@ -126,7 +126,8 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
                                                                   make_stride(p.v_row_stride, _1{}))),
                     load_thr.partition_D(sV), tKVc, keys, p.head_dim_v);
     if (tile_bias)
-      load_bias_tile<kBlockM, kBlockN, Traits::kThreads>(p, work.b, work.h, m0, n0, seq.q_len, seq.k_len, smem_bias);
+      load_bias_tile_unrolled<kBlockM, kBlockN, Traits::kThreads>(p, work.b, work.h, m0, n0, seq.q_len, seq.k_len,
+                                                                  smem_bias);
     cp_async_fence();
     cp_async_wait<0>();
     __syncthreads();

@@ -92,8 +92,10 @@ Status backward_prologue(const BwdParams& p, bool zero_unused_keys, cudaStream_t
     if (zero->batch * zero->rows * zero->heads == delta_rows) cleared = *zero;
     else if (Status s = clear_accum(*zero, "gradient workspace", stream); !s.ok()) return s;
   }
-  if (delta_rows > 0)
-    delta_kernel<Element><<<elementwise_grid(delta_rows, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(p, cleared);
+  if (delta_rows > 0) {
+    const auto kernel = p.head_dim_v <= 64 ? delta_kernel<Element, 16> : delta_kernel<Element, 32>;
+    kernel<<<elementwise_grid(delta_rows, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(p, cleared);
+  }
   if (p.dbias_accum) {
     const std::int64_t* w = p.dbias_accum_sizes;
     if (Status s = cuda_status(cudaMemsetAsync(p.dbias_accum, 0, std::size_t(w[0] * w[1] * w[2] * w[3]) * sizeof(float), stream),

@@ -177,7 +177,7 @@ __device__ void forward_tile_fp32(const FwdParams& p, const WorkItem& work, floa
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m_end, n0, n0 + kBlockN);
-    transform_scores<float, bias_code(kFeatures)>(p, rule, origin, masked, s, tScS);
+    transform_scores<float, bias_code(kFeatures)>(p, rule, origin, masked, s, tScS, {}, log2_units(p));
     softmax.update(s_rc, rescale);
     if constexpr ((kFeatures & kDropout) != 0)
       if (p.dropout) apply_dropout(p, origin, s, tScS);

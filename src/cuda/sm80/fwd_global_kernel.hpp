@@ -178,7 +178,7 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m_end, n0, n0 + kBlockN);
-    transform_scores<Element, bias_code(kFeatures)>(p, rule, origin, masked, acc_s, tScS);
+    transform_scores<Element, bias_code(kFeatures)>(p, rule, origin, masked, acc_s, tScS, {}, log2_units(p));
     Tensor acc_s_rc = rowcol(acc_s);
     softmax.update(acc_s_rc, rescale);
     if constexpr ((kFeatures & kDropout) != 0)

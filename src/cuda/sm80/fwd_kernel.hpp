@@ -117,7 +117,8 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   // mask code at all (the compiler would otherwise predicate it into every iteration). With
   // kScaleInSoftmax the scores stay unscaled and the softmax's exp2 FFMA applies the scale: only
   // for unmasked tiles without bias (a bias adds to scaled scores) and with scale > 0 (the max of
-  // the unscaled scores is then the scaled max). Always inlined: as a call (which nvcc chose for
+  // the unscaled scores is then the scaled max). Otherwise transform_scores_rows leaves scale * s
+  // + bias and the softmax's FFMA applies log2(e). Always inlined: as a call (which nvcc chose for
   // the rows with bias/dropout code) the accumulators it captures by reference live in local
   // memory -- 832 B per thread at D = 256, 20 TFLOP/s.
   const auto key_tile = [&](int n, auto masked_tag, auto scale_in_softmax_tag) __attribute__((always_inline)) {
@@ -176,7 +177,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     }
 
     Tensor acc_s_rc = rowcol(acc_s);
-    softmax.update(acc_s_rc, acc_o_rc, kScaleInSoftmax ? p.scale_log2 : 1.0f);
+    softmax.update(acc_s_rc, acc_o_rc, kScaleInSoftmax ? p.scale_log2 : kLog2e);
     if constexpr ((kFeatures & kDropout) != 0 && (kFeatures & kDropoutPaired) != 0) {
       if (p.dropout) apply_dropout_rows_paired(p, origin, acc_s, tScS);
     } else if constexpr ((kFeatures & kDropout) != 0) {

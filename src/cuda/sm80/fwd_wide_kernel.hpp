@@ -149,7 +149,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     const Tensor coord_s = mma_s.get_thread_slice(t).partition_C(make_identity_tensor(tile_s));
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kBlockN);
-    transform_scores<Element, BiasCode::none>(p, rule, origin, masked, acc_s, coord_s);
+    transform_scores<Element, BiasCode::none>(p, rule, origin, masked, acc_s, coord_s, {}, log2_units(p));
 
     // Row maxima: this thread's keys, its quad's, then the other key half's through shared memory.
     Tensor s_rc = rowcol(acc_s);

@@ -115,12 +115,71 @@ __device__ __forceinline__ void load_bias_tile(const FwdParams& p, int b, int h,
   else load_bias_tile_of<kRows, kCols, kThreads, 2>(p, b, h, m0, n0, q_len, k_len, dst);
 }
 
+// 16 bytes from global to shared memory.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src));
+}
+
+// load_bias_tile with its copies unrolled, for kernels with registers to spare (the backward's):
+// a copy costs a 64-bit add and the cp.async at a constant shared-memory offset (~24 instructions
+// in the loop above), and a tile inside the sequence, the uniform common case, tests no bounds.
+template <int kRows, int kCols, int kThreads, int kElemBytes>
+__device__ __forceinline__ void load_bias_tile_unrolled_of(const FwdParams& p, int b, int h, std::int64_t m0,
+                                                           std::int64_t n0, std::int64_t q_len, std::int64_t k_len,
+                                                           char* dst) {
+  using Shape = BiasTileShape<kRows, kCols>;
+  constexpr int kElemsPerChunk = 16 / kElemBytes, kChunksPerRow = kCols / kElemsPerChunk;
+  constexpr int kRowStep = kThreads / kChunksPerRow, kCopies = kRows / kRowStep;
+  static_assert(kCols % kElemsPerChunk == 0 && kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0);
+  const int t = opaque_thread<kThreads>();
+  const int r0 = t / kChunksPerRow, k = t % kChunksPerRow;
+  const std::int64_t row_bytes = p.bias_row_stride * kElemBytes, step = kRowStep * row_bytes;
+  // The tile's origin (the same in every thread: uniform registers) plus the thread's offset.
+  const char* tile = static_cast<const char*>(p.bias) +
+                     (std::int64_t(b) * p.bias_batch_stride + std::int64_t(h) * p.bias_head_stride +
+                      m0 * p.bias_row_stride + n0) *
+                         kElemBytes;
+  const char* src = tile + (r0 * row_bytes + k * 16);
+  dst += r0 * Shape::kPitch + k * 16;
+  if (m0 + kRows <= q_len && n0 + kCols <= k_len) {
+    CUTE_UNROLL
+    for (int i = 0; i < kCopies; ++i) cp_async16(dst + i * kRowStep * Shape::kPitch, src + i * step);
+    return;
+  }
+  // A copy of no bytes reads nothing: its source is the row's address whatever the bounds.
+  const std::int64_t j = n0 + k * kElemsPerChunk;
+  const int col_bytes = j < k_len ? int(min(std::int64_t(16), (k_len - j) * kElemBytes)) : 0;
+  const std::int64_t rows_in = q_len - m0 - r0;
+  CUTE_UNROLL
+  for (int i = 0; i < kCopies; ++i)
+    cp_async_zfill16(dst + i * kRowStep * Shape::kPitch, src + i * step, i * kRowStep < rows_in ? col_bytes : 0);
+}
+
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_bias_tile_unrolled(const FwdParams& p, int b, int h, std::int64_t m0,
+                                                        std::int64_t n0, std::int64_t q_len, std::int64_t k_len,
+                                                        char* dst) {
+  if (p.bias_is_f32) load_bias_tile_unrolled_of<kRows, kCols, kThreads, 4>(p, b, h, m0, n0, q_len, k_len, dst);
+  else load_bias_tile_unrolled_of<kRows, kCols, kThreads, 2>(p, b, h, m0, n0, q_len, k_len, dst);
+}
+
+// The units transform_scores leaves scores in: s <- s * score + bias * this->bias. Log2 units
+// (log2_units) for softmaxes that exponentiate the scores as they are (the forward's wide, global-
+// accumulator and fp32 kernels); natural units (scale * s + bias: one FFMA per score with bias)
+// where the exp2's FFMA multiplies by log2(e) anyway (the forward's register rows and the
+// backward's bias rows).
+struct ScoreUnits {
+  float score, bias;
+};
+__device__ __forceinline__ ScoreUnits log2_units(const FwdParams& p) { return {p.scale_log2, kLog2e}; }
+
 // Adds a SharedBias tile (elements of type BiasT) to scaled scores in the rows x cols view of
-// m16n8 fragments: s <- s * scale_log2 + log2(e) * bias. Columns 2k and 2k + 1 of a thread are
-// neighbouring keys, so each pair is one 32-bit (16-bit bias) or 64-bit (fp32) shared-memory load;
-// the tile's pitch puts a quad's eight rows on different banks.
+// m16n8 fragments: s <- s * units.score + units.bias * bias. Columns 2k and 2k + 1 of a thread
+// are neighbouring keys, so each pair is one 32-bit (16-bit bias) or 64-bit (fp32) shared-memory
+// load; the tile's pitch puts a quad's eight rows on different banks.
 template <class BiasT, class ScoresRC, class CoordsRC>
-__device__ __forceinline__ void add_shared_bias_pairs(const FwdParams& p, const SharedBias& bias, ScoresRC& s_rc,
+__device__ __forceinline__ void add_shared_bias_pairs(ScoreUnits units, const SharedBias& bias, ScoresRC& s_rc,
                                                       const CoordsRC& c_rc) {
   constexpr int kRows = decltype(size<0>(s_rc))::value;
   constexpr int kCols = decltype(size<1>(s_rc))::value;
@@ -140,21 +199,22 @@ __device__ __forceinline__ void add_shared_bias_pairs(const FwdParams& p, const 
       } else {
         b = unpack_pair<BiasT>(*reinterpret_cast<const std::uint32_t*>(tile + dr * bias.pitch + dc * 2));
       }
-      s_rc(r, c) = fmaf(b.x, kLog2e, s_rc(r, c) * p.scale_log2);
-      s_rc(r, c + 1) = fmaf(b.y, kLog2e, s_rc(r, c + 1) * p.scale_log2);
+      s_rc(r, c) = fmaf(s_rc(r, c), units.score, b.x * units.bias);
+      s_rc(r, c + 1) = fmaf(s_rc(r, c + 1), units.score, b.y * units.bias);
     }
   }
 }
 
-// s <- log2(e) * (scale * s + bias), and -inf where the mask hides the key (only when `masked`:
-// tiles fully inside the window skip the per-element test). kBias says which bias code is
+// s <- units.score * s + units.bias * bias (log2(e) * (scale * s + bias) in log2_units), and -inf
+// where the mask hides the key (only when `masked`: tiles fully inside the window skip the
+// per-element test). kBias says which bias code is
 // compiled in; a problem without bias still runs such a kernel (p.bias is null then). With a
 // SharedBias tile (query rows m0.., key columns n0.., whichever way round the scores are) the
 // bias comes from shared memory.
 template <class Element, BiasCode kBias, bool kKeyRows = false, class Scores, class Coords>
 __device__ __forceinline__ void transform_scores(const FwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
                                                  bool masked, Scores& s, const Coords& coord,
-                                                 SharedBias shared_bias = {}) {
+                                                 SharedBias shared_bias, ScoreUnits units) {
   constexpr bool kBiasCode = kBias != BiasCode::none;
   const bool tile_bias = kBias == BiasCode::tile && shared_bias.tile != nullptr;
   const bool has_bias = kBias == BiasCode::global && p.bias != nullptr;
@@ -170,8 +230,8 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
   if constexpr (kPairs) {
     if (tile_bias) {
       Tensor s_rc = rowcol(s);
-      if (p.bias_is_f32) add_shared_bias_pairs<float>(p, shared_bias, s_rc, rowcol(coord));
-      else add_shared_bias_pairs<Element>(p, shared_bias, s_rc, rowcol(coord));
+      if (p.bias_is_f32) add_shared_bias_pairs<float>(units, shared_bias, s_rc, rowcol(coord));
+      else add_shared_bias_pairs<Element>(units, shared_bias, s_rc, rowcol(coord));
       done = true;
     }
   }
@@ -180,20 +240,19 @@ __device__ __forceinline__ void transform_scores(const FwdParams& p, const detai
     for (int e = 0; e < size(s); ++e) {
       std::int64_t i, j;
       query_key<kKeyRows>(t, coord, e, &i, &j);
-      float x = s(e) * p.scale_log2;
+      float b = 0.0f;
       if constexpr (kBiasCode) {
         if (tile_bias) {
           int r, c;
           tile_row_col<kKeyRows>(coord, e, &r, &c);
-          x = fmaf(shared_bias_at<Element>(p, shared_bias, r, c), kLog2e, x);
+          b = shared_bias_at<Element>(p, shared_bias, r, c);
         } else if (has_bias && i < t.q_len && j < t.k_len) {
           const std::int64_t off = i * p.bias_row_stride + j * p.bias_col_stride;
-          const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
-                                        : float(reinterpret_cast<const Element*>(bias_base)[off]);
-          x = fmaf(b, kLog2e, x);
+          b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_base) + off)
+                            : float(reinterpret_cast<const Element*>(bias_base)[off]);
         }
       }
-      s(e) = x;
+      s(e) = kBiasCode ? fmaf(s(e), units.score, b * units.bias) : s(e) * units.score;
     }
   }
   // The mask in a loop of its own behind one branch per tile, so that the tiles inside the window
@@ -249,6 +308,8 @@ __device__ __forceinline__ void apply_dropout(const FwdParams& p, const TileOrig
 // row and each element compares a constant against them: no 64-bit index or per-element
 // coordinate stays live across the key loop.
 // With a SharedBias tile the bias comes from shared memory (zero-filled past the sequence).
+// The scores are left in natural units (scale * s + bias: one FFMA per score with bias); the
+// softmax's exp2 FFMA multiplies by log2(e).
 template <class Element, BiasCode kBias, class Scores, class Coords>
 __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const detail::MaskRule& rule,
                                                       const TileOrigin& t, bool masked, Scores& s, const Coords& coord,
@@ -265,8 +326,8 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
   constexpr bool kGlobalBias = kBias == BiasCode::global;  // the per-element path below
   const bool tile_bias = kBias == BiasCode::tile && shared_bias.tile != nullptr;
   if (tile_bias) {
-    if (p.bias_is_f32) add_shared_bias_pairs<float>(p, shared_bias, s_rc, c_rc);
-    else add_shared_bias_pairs<Element>(p, shared_bias, s_rc, c_rc);
+    if (p.bias_is_f32) add_shared_bias_pairs<float>(ScoreUnits{p.scale, 1.0f}, shared_bias, s_rc, c_rc);
+    else add_shared_bias_pairs<Element>(ScoreUnits{p.scale, 1.0f}, shared_bias, s_rc, c_rc);
   } else {
     const bool has_bias = kGlobalBias && p.bias != nullptr;  // read from global memory
     [[maybe_unused]] const int rows_in = clamp32(t.q_len - base_i), cols_in = clamp32(t.k_len - t.n0 - col0);
@@ -288,16 +349,15 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
       CUTE_UNROLL
       for (int c = 0; c < kCols; ++c) {
         const int dc = get<1>(c_rc(0, c)) - col0;  // a constant
-        float x = s_rc(r, c) * p.scale_log2;
+        float b = 0.0f;
         if constexpr (kGlobalBias) {
           if (has_bias && dr < rows_in && dc < cols_in) {
             const std::int64_t off = boff + std::int64_t(dc) * bias_cs;
-            const float b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_row) + off)
-                                          : float(reinterpret_cast<const Element*>(bias_row)[off]);
-            x = fmaf(b, kLog2e, x);
+            b = p.bias_is_f32 ? __ldg(reinterpret_cast<const float*>(bias_row) + off)
+                              : float(reinterpret_cast<const Element*>(bias_row)[off]);
           }
         }
-        s_rc(r, c) = x;
+        s_rc(r, c) = kGlobalBias ? fmaf(s_rc(r, c), p.scale, b) : s_rc(r, c) * p.scale;
       }
     }
   }
