@@ -1,6 +1,6 @@
 // What happens to a tile of raw scores Q K^T before softmax (scale, bias, mask; in log2 or
-// natural units) and to its probabilities after (dropout). Elements are addressed through a coordinate tensor
-// partitioned like the accumulator, so this works for any fragment layout.
+// natural units) and to its probabilities after (dropout). Elements are addressed through a
+// coordinate tensor partitioned like the accumulator, so this works for any fragment layout.
 #pragma once
 
 #include <cute/tensor.hpp>
