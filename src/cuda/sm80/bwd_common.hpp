@@ -116,7 +116,8 @@ constexpr int kDeltaCtasPerSm = 2;
 // D = 64 row left half its lanes idle: 168 us against D = 128's 104), else 32. A warp has
 // kDeltaRowsInFlight slots of 32 / kGroup rows in flight.
 template <class Element, int kGroup>
-__global__ void __launch_bounds__(256, kDeltaCtasPerSm) delta_kernel(const __grid_constant__ BwdParams p, GradAccum zero) {
+__global__ void __launch_bounds__(256, kDeltaCtasPerSm)
+    delta_kernel(const __grid_constant__ BwdParams p, GradAccum zero) {
   constexpr int kSlots = kDeltaRowsInFlight, group = kGroup, per_slot = 32 / kGroup;
   constexpr std::uintptr_t kVec = 4 * sizeof(Element);
   const int lane = threadIdx.x % 32, sub = lane / group, gl = lane % group;
