@@ -100,10 +100,10 @@ struct WarpRows {
 // Rows per warp the elementwise kernels' grids aim at (WarpRows), eight warps per CTA.
 constexpr int kElementwiseRowsPerWarp = 8;
 
-// Row slots of delta_kernel a warp has in flight: with two, its loads reached ~2.2 TB/s (123 us
+// Slots of rows delta_kernel's warps have in flight: with two, its loads reached ~2.2 TB/s (123 us
 // for the suite's 16384 x 2048 rows of D = 128 with the one-pass rows' dQ workspace cleared);
 // with four, 104 us.
-constexpr int kDeltaRowsInFlight = 4;
+constexpr int kDeltaSlots = 4;
 // CTAs of delta_kernel per SM the registers must allow (128 registers a thread): left alone nvcc
 // took 145 (one CTA per SM, too few loads in flight for a kernel that only streams); for three
 // (85) it spilled 540 bytes.
@@ -114,17 +114,17 @@ constexpr int kDeltaCtasPerSm = 2;
 // rows: no memset pass of its own). A row is read by kGroup lanes, four elements per load where
 // every row in flight allows: 16 where the rows have at most 16 such chunks (a whole warp per
 // D = 64 row left half its lanes idle: 168 us against D = 128's 104), else 32. A warp has
-// kDeltaRowsInFlight slots of 32 / kGroup rows in flight.
+// kDeltaSlots slots of 32 / kGroup rows in flight.
 template <class Element, int kGroup>
 __global__ void __launch_bounds__(256, kDeltaCtasPerSm)
     delta_kernel(const __grid_constant__ BwdParams p, GradAccum zero) {
-  constexpr int kSlots = kDeltaRowsInFlight, group = kGroup, per_slot = 32 / kGroup;
+  constexpr int kSlots = kDeltaSlots, kRowsPerSlot = 32 / kGroup;
   constexpr std::uintptr_t kVec = 4 * sizeof(Element);
-  const int lane = threadIdx.x % 32, sub = lane / group, gl = lane % group;
+  const int lane = threadIdx.x % 32, sub = lane / kGroup, gl = lane % kGroup;  // row in slot, lane in row
   const std::int64_t batches = p.seqstart_q ? 1 : p.batch;
   WarpRows r(batches * p.delta_rows * p.heads_q, p.delta_rows, p.heads_q);
   for (int i = 0; i < sub; ++i) r.next();  // this lane's row of each slot: the sub-th
-  for (std::int64_t w = r.begin + sub; w < r.end + sub; w += kSlots * per_slot) {
+  for (std::int64_t w = r.begin + sub; w < r.end + sub; w += kSlots * kRowsPerSlot) {
     const Element* o[kSlots];
     const Element* d[kSlots];
     float* delta[kSlots];
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(256, kDeltaCtasPerSm)
     bool vec = p.head_dim_v % 4 == 0;
     CUTE_UNROLL
     for (int i = 0; i < kSlots; ++i) {
-      live[i] = w + i * per_slot < r.end;  // rows past the warp's share are not touched
+      live[i] = w + i * kRowsPerSlot < r.end;  // rows past the warp's share are not touched
       o[i] = o_at<Element>(p, r.b, r.row, r.h);
       d[i] = do_at<Element>(p, r.b, r.row, r.h);
       delta[i] = delta_at(p, r.b, r.row, r.h);
@@ -141,12 +141,12 @@ __global__ void __launch_bounds__(256, kDeltaCtasPerSm)
       vec = vec && reinterpret_cast<std::uintptr_t>(o[i]) % kVec == 0 &&
             reinterpret_cast<std::uintptr_t>(d[i]) % kVec == 0;
       CUTE_UNROLL
-      for (int k = 0; k < per_slot; ++k) r.next();
+      for (int k = 0; k < kRowsPerSlot; ++k) r.next();
     }
     vec = __all_sync(0xffffffffu, vec);
     float sum[kSlots] = {};
     if (vec) {
-      for (int e = 4 * gl; e < p.head_dim_v; e += 4 * group) {
+      for (int e = 4 * gl; e < p.head_dim_v; e += 4 * kGroup) {
         float4 x[kSlots], y[kSlots];
         CUTE_UNROLL
         for (int i = 0; i < kSlots; ++i)
@@ -160,17 +160,17 @@ __global__ void __launch_bounds__(256, kDeltaCtasPerSm)
       for (int i = 0; i < kSlots; ++i) {
         if (!live[i]) continue;
 #pragma unroll 1
-        for (int e = gl; e < p.head_dim_v; e += group) sum[i] += float(o[i][e]) * float(d[i][e]);
+        for (int e = gl; e < p.head_dim_v; e += kGroup) sum[i] += float(o[i][e]) * float(d[i][e]);
       }
     }
     CUTE_UNROLL
     for (int i = 0; i < kSlots; ++i) {
       CUTE_UNROLL
-      for (int offset = 1; offset < group; offset *= 2) sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], offset);
+      for (int offset = 1; offset < kGroup; offset *= 2) sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], offset);
       if (!live[i]) continue;
       if (gl == 0) *delta[i] = sum[i];
       if (cleared[i] != nullptr)  // rows of whole 16-byte chunks
-        for (std::int64_t c = gl; c < zero.ld / 4; c += group) cleared[i][c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (std::int64_t c = gl; c < zero.ld / 4; c += kGroup) cleared[i][c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
 }
@@ -254,7 +254,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   constexpr bool kScaleInExp = (kFeatures & kBias) == 0;
   if constexpr (!kScaleInExp)
     transform_scores<Element, bias_code(kFeatures), kKeyRows>(p, rule, t, masked, s, coord, shared_bias,
-                                                              ScoreUnits{p.scale, 1.0f});
+                                                              natural_units(p));
   const float exp_scale = kScaleInExp ? p.scale_log2 : kLog2e;
   const bool dropout = (kFeatures & kDropout) != 0 && p.dropout;
   const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);

@@ -384,10 +384,9 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
     const int rows = step_rows(at.m0);
     load_tile(global_tile(at.q, tile_q, p.q_row_stride), sQ, rows, qk_cols);
     load_tile(global_tile(at.dout, tile_q, p.do_row_stride), sdO, rows, v_cols);
-    if constexpr (tiles_bias(kFeatures))  // only bias-tile rows instantiate the copy (its tile shape)
-      if (tile_bias)
-        load_bias_tile_unrolled<kQueries, kKeys, Traits::kThreads>(p, work.b, at.h, at.m0, n0, seq.q_len, seq.k_len,
-                                                                   smem_bias);
+    if (tile_bias)
+      load_bias_tile_unrolled<kQueries, kKeys, Traits::kThreads>(p, work.b, at.h, at.m0, n0, seq.q_len, seq.k_len,
+                                                                 smem_bias);
     cp_async_fence();
     return fetch_row_stat(p, at.lse, at.delta, rows);
   };

@@ -93,7 +93,8 @@ Status backward_prologue(const BwdParams& p, bool zero_unused_keys, cudaStream_t
     else if (Status s = clear_accum(*zero, "gradient workspace", stream); !s.ok()) return s;
   }
   if (delta_rows > 0) {
-    const auto kernel = p.head_dim_v <= 64 ? delta_kernel<Element, 16> : delta_kernel<Element, 32>;
+    // Lanes per row: 16 for rows of at most 16 four-element chunks, else the warp.
+    const auto kernel = p.head_dim_v <= 4 * 16 ? delta_kernel<Element, 16> : delta_kernel<Element, 32>;
     kernel<<<elementwise_grid(delta_rows, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(p, cleared);
   }
   if (p.dbias_accum) {

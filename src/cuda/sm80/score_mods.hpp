@@ -124,14 +124,17 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src)
 // load_bias_tile with its copies unrolled, for kernels with registers to spare (the backward's):
 // a copy costs a 64-bit add and the cp.async at a constant shared-memory offset (~24 instructions
 // in the loop above), and a tile inside the sequence, the uniform common case, tests no bounds.
+// When kRows is not a multiple of the rows one round of copies covers (a 32 x 32 tile of 256
+// threads), the threads past the tile's last row skip the last round.
 template <int kRows, int kCols, int kThreads, int kElemBytes>
 __device__ __forceinline__ void load_bias_tile_unrolled_of(const FwdParams& p, int b, int h, std::int64_t m0,
                                                            std::int64_t n0, std::int64_t q_len, std::int64_t k_len,
                                                            char* dst) {
   using Shape = BiasTileShape<kRows, kCols>;
   constexpr int kElemsPerChunk = 16 / kElemBytes, kChunksPerRow = kCols / kElemsPerChunk;
-  constexpr int kRowStep = kThreads / kChunksPerRow, kCopies = kRows / kRowStep;
-  static_assert(kCols % kElemsPerChunk == 0 && kThreads % kChunksPerRow == 0 && kRows % kRowStep == 0);
+  constexpr int kRowStep = kThreads / kChunksPerRow, kCopies = (kRows + kRowStep - 1) / kRowStep;
+  constexpr bool kRagged = kRows % kRowStep != 0;
+  static_assert(kCols % kElemsPerChunk == 0 && kThreads % kChunksPerRow == 0);
   const int t = opaque_thread<kThreads>();
   const int r0 = t / kChunksPerRow, k = t % kChunksPerRow;
   const std::int64_t row_bytes = p.bias_row_stride * kElemBytes, step = kRowStep * row_bytes;
@@ -142,9 +145,11 @@ __device__ __forceinline__ void load_bias_tile_unrolled_of(const FwdParams& p, i
                          kElemBytes;
   const char* src = tile + (r0 * row_bytes + k * 16);
   dst += r0 * Shape::kPitch + k * 16;
+  const auto in_tile = [&](int i) { return !kRagged || r0 + i * kRowStep < kRows; };
   if (m0 + kRows <= q_len && n0 + kCols <= k_len) {
     CUTE_UNROLL
-    for (int i = 0; i < kCopies; ++i) cp_async16(dst + i * kRowStep * Shape::kPitch, src + i * step);
+    for (int i = 0; i < kCopies; ++i)
+      if (in_tile(i)) cp_async16(dst + i * kRowStep * Shape::kPitch, src + i * step);
     return;
   }
   // A copy of no bytes reads nothing: its source is the row's address whatever the bounds.
@@ -153,7 +158,8 @@ __device__ __forceinline__ void load_bias_tile_unrolled_of(const FwdParams& p, i
   const std::int64_t rows_in = q_len - m0 - r0;
   CUTE_UNROLL
   for (int i = 0; i < kCopies; ++i)
-    cp_async_zfill16(dst + i * kRowStep * Shape::kPitch, src + i * step, i * kRowStep < rows_in ? col_bytes : 0);
+    if (in_tile(i))
+      cp_async_zfill16(dst + i * kRowStep * Shape::kPitch, src + i * step, i * kRowStep < rows_in ? col_bytes : 0);
 }
 
 template <int kRows, int kCols, int kThreads>
@@ -173,6 +179,7 @@ struct ScoreUnits {
   float score, bias;
 };
 __device__ __forceinline__ ScoreUnits log2_units(const FwdParams& p) { return {p.scale_log2, kLog2e}; }
+__device__ __forceinline__ ScoreUnits natural_units(const FwdParams& p) { return {p.scale, 1.0f}; }
 
 // Adds a SharedBias tile (elements of type BiasT) to scaled scores in the rows x cols view of
 // m16n8 fragments: s <- s * units.score + units.bias * bias. Columns 2k and 2k + 1 of a thread
@@ -207,10 +214,9 @@ __device__ __forceinline__ void add_shared_bias_pairs(ScoreUnits units, const Sh
 
 // s <- units.score * s + units.bias * bias (log2(e) * (scale * s + bias) in log2_units), and -inf
 // where the mask hides the key (only when `masked`: tiles fully inside the window skip the
-// per-element test). kBias says which bias code is
-// compiled in; a problem without bias still runs such a kernel (p.bias is null then). With a
-// SharedBias tile (query rows m0.., key columns n0.., whichever way round the scores are) the
-// bias comes from shared memory.
+// per-element test). kBias says which bias code is compiled in; a problem without bias still runs
+// such a kernel (p.bias is null then). With a SharedBias tile (query rows m0.., key columns n0..,
+// whichever way round the scores are) the bias comes from shared memory.
 template <class Element, BiasCode kBias, bool kKeyRows = false, class Scores, class Coords>
 __device__ __forceinline__ void transform_scores(const FwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
                                                  bool masked, Scores& s, const Coords& coord,
@@ -326,8 +332,8 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
   constexpr bool kGlobalBias = kBias == BiasCode::global;  // the per-element path below
   const bool tile_bias = kBias == BiasCode::tile && shared_bias.tile != nullptr;
   if (tile_bias) {
-    if (p.bias_is_f32) add_shared_bias_pairs<float>(ScoreUnits{p.scale, 1.0f}, shared_bias, s_rc, c_rc);
-    else add_shared_bias_pairs<Element>(ScoreUnits{p.scale, 1.0f}, shared_bias, s_rc, c_rc);
+    if (p.bias_is_f32) add_shared_bias_pairs<float>(natural_units(p), shared_bias, s_rc, c_rc);
+    else add_shared_bias_pairs<Element>(natural_units(p), shared_bias, s_rc, c_rc);
   } else {
     const bool has_bias = kGlobalBias && p.bias != nullptr;  // read from global memory
     [[maybe_unused]] const int rows_in = clamp32(t.q_len - base_i), cols_in = clamp32(t.k_len - t.n0 - col0);
