@@ -5,7 +5,8 @@ first kernel launch counts as run time. This prints, per path:
   host us   wall time per call of a tiny problem issued back to back (the host cost of the path)
   sync ms   the median of bench.py's timing (events around one call, then a synchronisation)
   queued ms events around each of N calls issued back to back (host cost hidden behind the GPU)
-for memattn's eager path (memattn.scaled_dot_product_attention: a torch.autograd.Function), its
+for memattn's eager path (memattn.scaled_dot_product_attention: the C++ autograd Function of
+memattn._autograd where built, and the Python torch.autograd.Function it falls back to), its
 custom ops (torch.ops.memattn.*, what torch.compile traces), the C++ binding alone, and SDPA's
 FLASH backend.
   PYTHONPATH=build-gpu/python python3 bench/host_overhead.py
@@ -63,6 +64,13 @@ def paths(b, h, s, d, causal):
     def eager():
         return memattn.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
+    def eager_python():  # the backward of its output runs the Python Function too
+        cpp, _ops._autograd = _ops._autograd, None
+        try:
+            return memattn.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        finally:
+            _ops._autograd = cpp
+
     def custom_op():
         return torch.ops.memattn.attention_forward(*bmhk, None, *args)[0]
 
@@ -70,7 +78,9 @@ def paths(b, h, s, d, causal):
         return _ops._forward(*bmhk, None, *args[:-1])[0]
 
     out = {}
-    for name, fwd in (("sdpa-flash", sdpa), ("memattn eager", eager), ("memattn custom op", custom_op),
+    eager_name = "memattn eager (C++)" if _ops._autograd is not None else "memattn eager (Python)"
+    for name, fwd in (("sdpa-flash", sdpa), (eager_name, eager), ("memattn eager (Python)", eager_python),
+                      ("memattn custom op", custom_op),
                       ("memattn binding (forward only)", binding)):
         o = fwd()
         grad_out = dout if o.shape == dout.shape else dout.transpose(1, 2)

@@ -5,12 +5,14 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "memattn/memattn.hpp"
+#include "memattn_api.hpp"
 
 namespace py = pybind11;
 
@@ -87,20 +89,39 @@ Settings settings(const py::dict& s) {
 }
 
 // The workspace a CUDA call needs, from the caller's allocator: allocate(bytes) -> (pointer,
-// owner), the owner kept alive by the returned object until the call has been issued. (Without
-// it the library allocates with cudaMallocAsync from the device's default pool, which returns its
-// memory to the driver at every synchronisation and maps it again on the next call: ~0.7 ms per
-// backward when the caller synchronises after each one, as a timing loop does.)
-template <class Args, class SizeQuery>
-py::object provide_workspace(Args* a, const py::object& allocate, SizeQuery size_query) {
-  if (allocate.is_none() || a->backend != memattn::Backend::cuda) return py::none();
-  std::size_t bytes = 0;
-  if (!size_query(*a, &bytes).ok() || bytes == 0) return py::none();  // errors: the call reports them
-  const auto given = allocate(bytes).cast<py::tuple>();
-  a->workspace = reinterpret_cast<void*>(given[0].cast<std::uintptr_t>());
-  a->workspace_bytes = bytes;
-  return given[1];
-}
+// owner), the owner kept alive until the call has been issued. (Without it the library allocates
+// with cudaMallocAsync from the device's default pool, which returns its memory to the driver at
+// every synchronisation and maps it again on the next call: ~0.7 ms per backward when the caller
+// synchronises after each one, as a timing loop does.) The library asks once it has planned the
+// call, with the GIL released; an exception of the allocator is raised again after the call.
+class PyWorkspace {
+ public:
+  explicit PyWorkspace(const py::object& allocate) : allocate_(allocate) {}
+
+  void attach(memattn::Options* o) {
+    if (allocate_.is_none() || o->backend != memattn::Backend::cuda) return;
+    o->allocate_workspace = [this](std::size_t bytes) -> void* {
+      const py::gil_scoped_acquire gil;
+      try {
+        const auto given = allocate_(bytes).cast<py::tuple>();
+        owner_ = given[1];
+        return reinterpret_cast<void*>(given[0].cast<std::uintptr_t>());
+      } catch (...) {
+        error_ = std::current_exception();
+        return nullptr;
+      }
+    };
+  }
+
+  // The allocator's exception, if it raised one (the library's status then only says "null").
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  py::object allocate_, owner_;
+  std::exception_ptr error_;
+};
 
 // (code, message): code 0 ok, 1 invalid argument, 2 unsupported, 3 device error, 4 internal.
 std::tuple<int, std::string> result(const memattn::Status& s) { return {int(s.code()), s.message()}; }
@@ -110,6 +131,8 @@ std::tuple<int, std::string> result(const memattn::Status& s) { return {int(s.co
 PYBIND11_MODULE(_C, m) {
   m.doc() = "memattn C++ library on raw pointers (used by the memattn package)";
   m.def("version", [] { return std::string(memattn::version()); });
+  static const memattn::python::Api api{memattn::python::kApiVersion, &memattn::forward, &memattn::backward};
+  m.add_object("_api", py::capsule(&api, memattn::python::kApiCapsuleName));
   m.def("cuda_available", [] { return memattn::cuda_available(); });
   m.def(
       "forward",
@@ -119,9 +142,15 @@ PYBIND11_MODULE(_C, m) {
         settings(options).apply(&a);
         a.q = tensor(q), a.k = tensor(k), a.v = tensor(v), a.bias = tensor(bias);
         a.out = tensor(out), a.lse = tensor(lse);
-        const py::object workspace = provide_workspace(&a, options["workspace"], memattn::forward_workspace_size);
-        py::gil_scoped_release release;
-        return result(memattn::forward(a));
+        PyWorkspace workspace(options["workspace"]);
+        workspace.attach(&a);
+        memattn::Status s;
+        {
+          const py::gil_scoped_release release;
+          s = memattn::forward(a);
+        }
+        workspace.rethrow();
+        return result(s);
       },
       "Forward on (ptr, dtype, sizes, strides) tensors; returns (code, message).");
   m.def(
@@ -135,9 +164,15 @@ PYBIND11_MODULE(_C, m) {
         a.out = tensor(out), a.lse = tensor(lse), a.dout = tensor(dout);
         a.dq = tensor(dq), a.dk = tensor(dk), a.dv = tensor(dv), a.dbias = tensor(dbias);
         a.deterministic = deterministic;
-        const py::object workspace = provide_workspace(&a, options["workspace"], memattn::backward_workspace_size);
-        py::gil_scoped_release release;
-        return result(memattn::backward(a));
+        PyWorkspace workspace(options["workspace"]);
+        workspace.attach(&a);
+        memattn::Status s;
+        {
+          const py::gil_scoped_release release;
+          s = memattn::backward(a);
+        }
+        workspace.rethrow();
+        return result(s);
       },
       "Backward on (ptr, dtype, sizes, strides) tensors; returns (code, message).");
   m.def(

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,12 @@ struct Options {
   // needs itself; when it is set it must hold at least the size the *_workspace_size query gives.
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  // Or, with `workspace` null, the caller's allocator: asked once per call, after validation and
+  // planning, for the bytes the call needs (never 0). It returns 16-byte aligned memory of the
+  // tensors' device that stays usable by the work the call issues to `stream` (a stream-ordered
+  // caching allocator's block, handed back when the call returns, is), or null, which fails the
+  // call. This plans once per call, where the size query and the call would plan twice.
+  std::function<void*(std::size_t)> allocate_workspace;
 };
 
 struct ForwardArgs : Options {

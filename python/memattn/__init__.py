@@ -6,7 +6,8 @@
 CPU tensors run on memattn's CPU backend (float64 on its float64 reference), CUDA tensors on its
 CUDA backend. Both are torch custom ops (memattn::attention_forward / attention_backward) with fake
 implementations, so torch.compile traces them, and gradients flow to q, k, v and the bias; eager
-calls skip the custom-op dispatch (its host time per call, see _ops.py).
+calls skip the custom-op dispatch and, where the package was built with torch, run a C++ autograd
+Function (host time per call, see _ops.py).
 """
 import math
 from typing import Optional, Tuple
@@ -73,23 +74,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     [n] on the tensors' device; max_seqlen_* are accepted for API compatibility and not needed.
     return_lse also returns the natural-log logsumexp [B, Hq, Mq] (float32, not differentiable).
     """
-    if alignment not in ("top_left", "bottom_right"):
-        raise ValueError(f"memattn: alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.dim() != 4:
-            raise ValueError(f"memattn: {name} must be a 4-d tensor [B, M, H, D]")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"memattn: dropout_p must be in [0, 1), got {dropout_p}")
-    left, right = _window(causal, window)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    rng = None
-    if dropout_p > 0.0:  # seed from torch's generator (offset 0: a fresh seed per call)
-        rng = torch.cat([torch.randint(0, 2**62, (1,), dtype=torch.int64), torch.zeros(1, dtype=torch.int64)])
-    out, lse = _ops.attend(
-        _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v), _bias(bias, q), left, right,
-        alignment == "bottom_right", float(dropout_p), rng, float(scale), seqstart_q, seqstart_k, seqused_k,
-        bool(deterministic))
+    out, lse = _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqstart_q, seqstart_k,
+                          seqused_k, deterministic, bhmd=False)
     return (out, lse) if return_lse else out
 
 
@@ -99,9 +85,31 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     """Drop-in for torch.nn.functional.scaled_dot_product_attention: [B, H, M, D] tensors, the same
     argument names and semantics (is_causal is top-left aligned; a boolean attn_mask marks the keys
     that take part). GQA works whenever the head counts divide (enable_gqa is accepted)."""
-    out = attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), bias=attn_mask,
-                    causal=is_causal, dropout_p=dropout_p, scale=scale)
-    return out.transpose(1, 2)
+    return _attention(query, key, value, attn_mask, is_causal, "top_left", None, dropout_p, scale, None, None, None,
+                      False, bhmd=True)[0]
+
+
+def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqstart_q, seqstart_k, seqused_k,
+               deterministic, bhmd):
+    """(out, lse) of BMHK tensors, or of [B, H, M, D] ones with bhmd (read as the BMHK tensors they
+    are transposes of, without view nodes in the autograd graph)."""
+    if alignment not in ("top_left", "bottom_right"):
+        raise ValueError(f"memattn: alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor) or t.dim() != 4:
+            raise ValueError(f"memattn: {name} must be a 4-d tensor [B, {'H, M' if bhmd else 'M, H'}, D]")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"memattn: dropout_p must be in [0, 1), got {dropout_p}")
+    left, right = _window(causal, window)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    rng = None
+    if dropout_p > 0.0:  # seed from torch's generator (offset 0: a fresh seed per call)
+        rng = torch.cat([torch.randint(0, 2**62, (1,), dtype=torch.int64), torch.zeros(1, dtype=torch.int64)])
+    return _ops.attend(
+        _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v), _bias(bias, q), left, right,
+        alignment == "bottom_right", float(dropout_p), rng, float(scale), seqstart_q, seqstart_k, seqused_k,
+        bool(deterministic), bhmd=bhmd)
 
 
 def dropout_mask(seed: int, offset: int, batch: int, heads_q: int, seqlen_q: int, seqlen_k: int, p: float) -> Tensor:

@@ -4,16 +4,23 @@ from the forward to the backward op. They run the C++ library on the tensors' me
 backend for CPU tensors (the float64 reference for float64), the CUDA backend for CUDA tensors on
 the current stream.
 
-In eager mode memattn.attention calls the same two functions through a torch.autograd.Function
-(`attend`) instead: torch.library's dispatch of a custom op costs more host time per call than a
-~1 ms attention kernel can hide when the caller synchronises after each call. Anything that
-traces (torch.compile, export) takes the custom ops."""
+In eager mode memattn.attention skips the custom-op dispatch (`attend`): torch.library's dispatch
+costs more host time per call than a ~1 ms attention kernel can hide when the caller synchronises
+after each call. It takes the C++ autograd Function of memattn._autograd where the package was
+built with torch (the least host time: no Python in the backward), else the same two functions
+through a Python torch.autograd.Function. Anything that traces (torch.compile, export) takes the
+custom ops."""
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from . import _C
+
+try:
+    from . import _autograd
+except ImportError:  # built without torch's headers: the Python Function below
+    _autograd = None
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
 _ERRORS = {1: ValueError, 2: NotImplementedError, 3: RuntimeError, 4: RuntimeError}
@@ -179,9 +186,18 @@ class _EagerAttention(torch.autograd.Function):
         return _gradients(*_backward_op(*args), args[-1])
 
 
-def attend(*args):
-    """attention_forward(*args) with autograd: through the custom op when tracing, directly otherwise."""
+def _to_bmhk(t):
+    return t.transpose(1, 2)
+
+
+def attend(*args, bhmd=False):
+    """attention_forward(*args) with autograd: through the custom op when tracing, directly otherwise.
+    bhmd: q, k, v are [B, H, M, D] (SDPA's layout) and so is the output."""
     q = args[0]
-    if torch.compiler.is_compiling() or q.device.type not in ("cpu", "cuda"):
-        return attention_forward(*args)
-    return _EagerAttention.apply(*args)
+    tracing = torch.compiler.is_compiling() or q.device.type not in ("cpu", "cuda")
+    if _autograd is not None and not tracing:
+        return _autograd.attention(*args, bhmd)
+    if bhmd:
+        args = (*map(_to_bmhk, args[:3]), *args[3:])
+    out, lse = attention_forward(*args) if tracing else _EagerAttention.apply(*args)
+    return (_to_bmhk(out) if bhmd else out), lse

@@ -153,9 +153,11 @@ Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
 // the dimensions), else 0.
 std::int64_t dense_bytes(const TensorRef& t) {
   int order[4] = {0, 1, 2, 3};
-  std::sort(order, order + t.rank, [&](int x, int y) { return t.strides[x] < t.strides[y]; });
+  const int rank = std::clamp(t.rank, 0, 4);
+  for (int i = 1; i < rank; ++i)  // insertion sort by stride (std::sort drew g++'s -Warray-bounds here)
+    for (int j = i; j > 0 && t.strides[order[j]] < t.strides[order[j - 1]]; --j) std::swap(order[j], order[j - 1]);
   std::int64_t expected = 1;
-  for (int i = 0; i < t.rank; ++i) {
+  for (int i = 0; i < rank; ++i) {
     const int d = order[i];
     if (t.sizes[d] == 0) return 0;
     if (t.sizes[d] == 1) continue;
@@ -453,29 +455,38 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   return Status::Ok();
 }
 
-// Workspace from the caller, or allocated on the stream (and freed after the launches).
+// Workspace from the caller, from the caller's allocator, or allocated on the stream (and freed
+// after the launches).
 class Scratch {
  public:
   Scratch(const Options& opt, std::size_t bytes, cudaStream_t stream) : stream_(stream) {
     ptr_ = opt.workspace;
-    if (bytes > 0 && ptr_ == nullptr) {
-      error_ = cudaMallocAsync(&ptr_, bytes, stream);
-      owned_ = error_ == cudaSuccess;
+    if (bytes == 0 || ptr_ != nullptr) return;
+    if (opt.allocate_workspace) {
+      ptr_ = opt.allocate_workspace(bytes);
+      if (ptr_ == nullptr)
+        error_ = "the caller's allocator returned null for " + std::to_string(bytes) + " bytes";
+      else if (reinterpret_cast<std::uintptr_t>(ptr_) % 16 != 0)
+        error_ = "the caller's allocator returned memory that is not 16-byte aligned";
+      return;
     }
+    const cudaError_t e = cudaMallocAsync(&ptr_, bytes, stream);
+    owned_ = e == cudaSuccess;
+    if (!owned_) error_ = cudaGetErrorString(e);
   }
   ~Scratch() {
     if (owned_) cudaFreeAsync(ptr_, stream_);
   }
   Status status() const {
-    if (error_ == cudaSuccess) return Status::Ok();
-    return {StatusCode::device_error, std::string("workspace allocation: ") + cudaGetErrorString(error_)};
+    if (error_.empty()) return Status::Ok();
+    return {StatusCode::device_error, "workspace allocation: " + error_};
   }
   void* get() const { return ptr_; }
 
  private:
   void* ptr_ = nullptr;
   cudaStream_t stream_;
-  cudaError_t error_ = cudaSuccess;
+  std::string error_;
   bool owned_ = false;
 };
 

@@ -207,5 +207,83 @@ TEST(CudaBackwardWorkspace, ASmallerOneIsRefusedBeforeAnyLaunch) {
     for (double x : w.to_double(t)) ASSERT_TRUE(std::isnan(x));
 }
 
+// The caller's allocator instead of a workspace: asked once, after planning, for the size the
+// query gives; the gradients equal those of a call with the workspace given outright.
+TEST(CudaBackwardWorkspace, TheCallersAllocatorIsAskedOnceForThePlannedSize) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  tools::ProblemSpec s;
+  s.batch = 2;
+  s.seqlen_q = 77;
+  s.seqlen_k = 130;
+  s.heads_q = 4;
+  s.heads_k = 2;
+  s.head_dim = s.head_dim_v = 64;
+  s.dtype = DType::bf16;
+  s.mask = Mask::causal(Alignment::bottom_right);
+  s.deterministic = true;  // bit-identical gradients from the two calls
+  s.backend = Backend::cuda;
+  tools::Workload w(s);
+  w.fill_inputs(next_seed());
+  ASSERT_TRUE(w.to_device().ok());
+  ASSERT_TRUE(w.reserve_workspace().ok());
+  BackwardArgs given = w.backward_args();
+  std::size_t need = 0;
+  ASSERT_TRUE(backward_workspace_size(given, &need).ok());
+  ASSERT_GT(need, 0u);
+  w.poison_outputs();  // out and lse too: the forward runs again before each backward
+  ASSERT_TRUE(forward(w.forward_args()).ok());
+  ASSERT_TRUE(backward(given).ok());
+  ASSERT_TRUE(w.copy_outputs_to_host().ok());
+  std::vector<std::vector<double>> expected;
+  for (tools::Tensor t : {tools::Tensor::dq, tools::Tensor::dk, tools::Tensor::dv}) expected.push_back(w.to_double(t));
+
+  BackwardArgs a = w.backward_args();
+  std::vector<std::size_t> asked;
+  a.allocate_workspace = [&](std::size_t bytes) {
+    asked.push_back(bytes);
+    return given.workspace;
+  };
+  a.workspace = nullptr;
+  a.workspace_bytes = 0;
+  w.poison_outputs();
+  ASSERT_TRUE(forward(w.forward_args()).ok());
+  ASSERT_TRUE(backward(a).ok());
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0], need);
+  ASSERT_TRUE(w.copy_outputs_to_host().ok());
+  int i = 0;
+  for (tools::Tensor t : {tools::Tensor::dq, tools::Tensor::dk, tools::Tensor::dv}) {
+    const std::vector<double> got = w.to_double(t);
+    ASSERT_EQ(got.size(), expected[i].size());
+    for (std::size_t e = 0; e < got.size(); ++e) ASSERT_EQ(got[e], expected[i][e]) << tools::to_string(t) << " " << e;
+    ++i;
+  }
+}
+
+// An allocator that returns null fails the call before any launch: the gradients keep their poison.
+TEST(CudaBackwardWorkspace, ANullFromTheAllocatorIsADeviceErrorBeforeAnyLaunch) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  tools::ProblemSpec s;
+  s.batch = 1;
+  s.seqlen_q = s.seqlen_k = 64;
+  s.heads_q = s.heads_k = 2;
+  s.head_dim = s.head_dim_v = 64;
+  s.dtype = DType::bf16;
+  s.backend = Backend::cuda;
+  tools::Workload w(s);
+  w.fill_inputs(next_seed());
+  ASSERT_TRUE(w.to_device().ok());
+  ASSERT_TRUE(forward(w.forward_args()).ok());
+  BackwardArgs a = w.backward_args();
+  a.allocate_workspace = [](std::size_t) -> void* { return nullptr; };
+  w.poison_outputs();
+  const Status st = backward(a);
+  EXPECT_EQ(st.code(), StatusCode::device_error);
+  EXPECT_NE(st.message().find("allocator"), std::string::npos) << st.message();
+  ASSERT_TRUE(w.copy_outputs_to_host().ok());
+  for (tools::Tensor t : {tools::Tensor::dq, tools::Tensor::dk, tools::Tensor::dv})
+    for (double x : w.to_double(t)) ASSERT_TRUE(std::isnan(x));
+}
+
 }  // namespace
 }  // namespace memattn::testing

@@ -1,7 +1,9 @@
 """The PyTorch op: outputs and gradients against torch math attention in float64 for every feature
 and dtype, gradcheck in float64, opcheck, torch.compile without graph breaks, dropout
-reproducibility, and errors. CPU tensors always; CUDA tensors where a GPU is present (a pass the
-CUDA backend does not have yet is skipped with the library's reason)."""
+reproducibility, the SDPA layout, double backward, and errors. CPU tensors always; CUDA tensors
+where a GPU is present (a pass the CUDA backend does not have yet is skipped with the library's
+reason). Every test runs through each eager path: the C++ autograd Function (memattn._autograd,
+where the package was built with torch) and the Python Function it falls back to."""
 import math
 
 import pytest
@@ -11,6 +13,14 @@ import memattn  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2, torch.float64: 1e-12}
+EAGER_PATHS = ["python"] + (["cpp"] if memattn._ops._autograd is not None else [])
+
+
+@pytest.fixture(autouse=True, params=EAGER_PATHS)
+def eager_path(request, monkeypatch):
+    if request.param == "python":
+        monkeypatch.setattr(memattn._ops, "_autograd", None)
+    return request.param
 
 
 def math_attention(q, k, v, bias=None, left=None, right=None, bottom_right=False, scale=None, keep=None, p=0.0):
@@ -174,6 +184,33 @@ def test_compiled_transformer_block_has_no_graph_breaks():
     (gx,) = torch.autograd.grad(out.sum(), (x,))
     (rx,) = torch.autograd.grad(ref.sum(), (x,))
     assert rel_error(gx, rx.double()) <= 1e-5
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal, bias", [(False, False), (True, True)])
+def test_sdpa_layout_matches_attention_on_the_transposes(device, causal, bias):
+    torch.manual_seed(2)
+    q, k, v = leaf((2, 4, 19, 16), torch.float32, device), leaf((2, 2, 23, 16), torch.float32, device), \
+        leaf((2, 2, 23, 8), torch.float32, device)
+    mask = leaf((2, 4, 19, 23), torch.float32, device) if bias else None
+    out = memattn.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    assert out.shape == (2, 4, 19, 8)
+    ref = memattn.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bias=mask, causal=causal)
+    assert torch.equal(out, ref.transpose(1, 2))
+    inputs = [q, k, v] + ([mask] if bias else [])
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, inputs, dout)
+    ref_grads = torch.autograd.grad(ref, inputs, dout.transpose(1, 2))
+    for name, g, r in zip(("dq", "dk", "dv", "dbias"), grads, ref_grads):
+        assert g.shape == r.shape and torch.equal(g, r), name
+
+
+def test_double_backward_raises():
+    q, k, v = (torch.randn(1, 5, 2, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out = memattn.attention(q, k, v)
+    dq, = torch.autograd.grad(out.square().sum(), (q,), create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiat"):
+        torch.autograd.grad(dq.sum(), (q,))
 
 
 def test_expanded_bias_gradient_sums_the_broadcast():
