@@ -61,6 +61,7 @@ struct BwdParams : FwdParams {
   std::int64_t dkdv_slot_elems, dq_slot_elems, kv_grid_ctas;
   int num_n_blocks;         // key tiles per (sequence, kv head)
   std::int64_t num_kv_blocks;  // num_n_blocks * heads_k * batch: the work items of dK/dV
+  std::int64_t kv_work_groups;  // the same for the (sequence, kv head) pairs of the key tiles
 };
 
 }  // namespace memattn::cuda

@@ -49,6 +49,7 @@ struct FwdParams {
   int num_m_blocks;         // query tiles per (sequence, head)
   std::int64_t num_blocks;  // num_m_blocks * heads_q * batch: the work items
   std::int64_t grid_ctas;   // CTAs to launch (each takes work items in turn); 0: one per work item
+  std::int64_t work_groups;  // groups of (sequence, head) pairs in the work order; 0: one per pair (tile_scheduler.hpp)
 };
 
 }  // namespace memattn::cuda

@@ -198,11 +198,11 @@ struct KvWorkItem {
 };
 
 __device__ __forceinline__ KvWorkItem decode_kv_work(const BwdParams& p, std::int64_t index) {
+  const TileRank t = rank_work(index, p.num_n_blocks, std::int64_t(p.batch) * p.heads_k, p.kv_work_groups);
   KvWorkItem w;
-  w.n_block = int(index % p.num_n_blocks);
-  const std::int64_t rest = index / p.num_n_blocks;
-  w.hk = int(rest % p.heads_k);
-  w.b = int(rest / p.heads_k);
+  w.n_block = t.rank;
+  w.hk = int(t.pair % p.heads_k);
+  w.b = int(t.pair / p.heads_k);
   return w;
 }
 
