@@ -4,8 +4,9 @@
 # built with the bf16 D = 64/128 plain rows; then the new build's row tests, the CLI's --verify on
 # causal problems with several groups (even and uneven sizes, bottom-right alignment), and the
 # suite's causal rows (and two non-causal controls) through both builds, twice, alternating.
+# FILTER, ROWS (bench.py --only) and VERIFY=0 (no CLI checks) change the defaults.
 set -u
-filter='^(fwd|bwd)_sm80_bf16_d(64|128)_[^_]+_(fused_)?vec_plain$'
+filter=${FILTER:-'^(fwd|bwd)_sm80_bf16_d(64|128)_[^_]+_(fused_)?vec_plain$'}
 common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_ENABLE_CUDA=ON -DMEMATTN_KERNEL_DTYPES=bf16
   "-DMEMATTN_KERNEL_FILTER=$filter" -DMEMATTN_SM80_SASS=90 -DMEMATTN_SM80_PTX=OFF)
 targets=(memattn_cli memattn_python memattn_autograd test_cuda_rows)
@@ -18,14 +19,14 @@ echo "build new: $a, base: $b"
 [[ $a -eq 0 && $b -eq 0 ]] || { tail -n 20 $OUT/build-*.log; exit 1; }
 timeout 240 build-new/tests/test_cuda_rows >$OUT/rows.log 2>&1; echo "test_cuda_rows: exit $? $(grep -E '^\[  (PASSED|FAILED)' $OUT/rows.log | tr '\n' ' ')"
 cli=build-new/bin/memattn
-for args in "--batch 7 --heads-q 29 --seqlen-q 768 --head-dim 64 --causal" \
+[[ ${VERIFY:-1} == 1 ]] && for args in "--batch 7 --heads-q 29 --seqlen-q 768 --head-dim 64 --causal" \
             "--batch 5 --heads-q 40 --seqlen-q 768 --head-dim 128 --causal" \
             "--batch 6 --heads-q 36 --seqlen-q 600 --seqlen-k 900 --head-dim 64 --causal --alignment bottom-right" \
             "--batch 3 --heads-q 64 --heads-k 16 --seqlen-q 700 --head-dim 128 --causal"; do
   r=$(timeout 200 $cli run --backend cuda --dtype bf16 --pass both --verify $args 2>&1 | grep -iE "verify|pass|fail|error" | tr '\n' ' ')
   echo "verify $args: $r"
 done
-rows=4,5,6,7,12,13,14,15,2,10
+rows=${ROWS:-4,5,6,7,12,13,14,15,2,10}
 for i in 1 2; do
   for side in base new; do
     dir=$PWD/build-$side; [[ $side == base ]] && dir=/tmp/base/build-base
