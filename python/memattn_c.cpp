@@ -126,6 +126,21 @@ class PyWorkspace {
 // (code, message): code 0 ok, 1 invalid argument, 2 unsupported, 3 device error, 4 internal.
 std::tuple<int, std::string> result(const memattn::Status& s) { return {int(s.code()), s.message()}; }
 
+// Runs a pass (memattn::forward or memattn::backward) with the GIL released and the workspace from
+// options["workspace"].
+template <class Args>
+std::tuple<int, std::string> run(memattn::Status (*pass)(const Args&), Args* a, const py::dict& options) {
+  PyWorkspace workspace(options["workspace"]);
+  workspace.attach(a);
+  memattn::Status s;
+  {
+    const py::gil_scoped_release release;
+    s = pass(*a);
+  }
+  workspace.rethrow();
+  return result(s);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -142,15 +157,7 @@ PYBIND11_MODULE(_C, m) {
         settings(options).apply(&a);
         a.q = tensor(q), a.k = tensor(k), a.v = tensor(v), a.bias = tensor(bias);
         a.out = tensor(out), a.lse = tensor(lse);
-        PyWorkspace workspace(options["workspace"]);
-        workspace.attach(&a);
-        memattn::Status s;
-        {
-          const py::gil_scoped_release release;
-          s = memattn::forward(a);
-        }
-        workspace.rethrow();
-        return result(s);
+        return run(&memattn::forward, &a, options);
       },
       "Forward on (ptr, dtype, sizes, strides) tensors; returns (code, message).");
   m.def(
@@ -164,15 +171,7 @@ PYBIND11_MODULE(_C, m) {
         a.out = tensor(out), a.lse = tensor(lse), a.dout = tensor(dout);
         a.dq = tensor(dq), a.dk = tensor(dk), a.dv = tensor(dv), a.dbias = tensor(dbias);
         a.deterministic = deterministic;
-        PyWorkspace workspace(options["workspace"]);
-        workspace.attach(&a);
-        memattn::Status s;
-        {
-          const py::gil_scoped_release release;
-          s = memattn::backward(a);
-        }
-        workspace.rethrow();
-        return result(s);
+        return run(&memattn::backward, &a, options);
       },
       "Backward on (ptr, dtype, sizes, strides) tensors; returns (code, message).");
   m.def(

@@ -14,19 +14,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import memattn
+from host_overhead import host_us  # wall time per call of calls issued back to back
 from memattn import _ops
-
-
-def host_us(fn, n=400):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    host = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return host
 
 
 class Trivial14(torch.autograd.Function):

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -176,10 +177,8 @@ TEST(CudaBackwardDeterminism, BroadcastDbiasIsBitIdentical) {
   check_backward_bit_identical(s, 20);
 }
 
-// A caller's workspace smaller than the plan's is refused before anything runs: the gradients
-// keep their poison.
-TEST(CudaBackwardWorkspace, ASmallerOneIsRefusedBeforeAnyLaunch) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+// A small bf16 problem on the device with the forward run: the workspace tests' inputs.
+std::unique_ptr<tools::Workload> small_problem_after_forward() {
   tools::ProblemSpec s;
   s.batch = 1;
   s.seqlen_q = s.seqlen_k = 64;
@@ -187,10 +186,19 @@ TEST(CudaBackwardWorkspace, ASmallerOneIsRefusedBeforeAnyLaunch) {
   s.head_dim = s.head_dim_v = 64;
   s.dtype = DType::bf16;
   s.backend = Backend::cuda;
-  tools::Workload w(s);
-  w.fill_inputs(next_seed());
-  ASSERT_TRUE(w.to_device().ok());
-  ASSERT_TRUE(forward(w.forward_args()).ok());
+  auto w = std::make_unique<tools::Workload>(s);
+  w->fill_inputs(next_seed());
+  if (!w->to_device().ok() || !forward(w->forward_args()).ok()) return nullptr;
+  return w;
+}
+
+// A caller's workspace smaller than the plan's is refused before anything runs: the gradients
+// keep their poison.
+TEST(CudaBackwardWorkspace, ASmallerOneIsRefusedBeforeAnyLaunch) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const auto problem = small_problem_after_forward();
+  ASSERT_NE(problem, nullptr);
+  tools::Workload& w = *problem;
   ASSERT_TRUE(w.reserve_workspace().ok());
   BackwardArgs a = w.backward_args();
   std::size_t need = 0;
@@ -263,17 +271,9 @@ TEST(CudaBackwardWorkspace, TheCallersAllocatorIsAskedOnceForThePlannedSize) {
 // An allocator that returns null fails the call before any launch: the gradients keep their poison.
 TEST(CudaBackwardWorkspace, ANullFromTheAllocatorIsADeviceErrorBeforeAnyLaunch) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  tools::ProblemSpec s;
-  s.batch = 1;
-  s.seqlen_q = s.seqlen_k = 64;
-  s.heads_q = s.heads_k = 2;
-  s.head_dim = s.head_dim_v = 64;
-  s.dtype = DType::bf16;
-  s.backend = Backend::cuda;
-  tools::Workload w(s);
-  w.fill_inputs(next_seed());
-  ASSERT_TRUE(w.to_device().ok());
-  ASSERT_TRUE(forward(w.forward_args()).ok());
+  const auto problem = small_problem_after_forward();
+  ASSERT_NE(problem, nullptr);
+  tools::Workload& w = *problem;
   BackwardArgs a = w.backward_args();
   a.allocate_workspace = [](std::size_t) -> void* { return nullptr; };
   w.poison_outputs();
