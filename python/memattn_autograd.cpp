@@ -34,7 +34,9 @@ const memattn::python::Api* api = nullptr;
 
 // A failed Status as the exception Python expects of memattn (ValueError for bad arguments,
 // NotImplementedError for what no backend supports, RuntimeError otherwise); c10's types so
-// that the autograd engine carries them from the backward to the caller.
+// that the autograd engine carries them from the backward to the caller. Messages are one
+// string each, built by concatenation: no stream formatting in an extension module (docs/
+// decisions.md, "Experiments and front ends").
 void check(const memattn::Status& s) {
   if (s.ok()) return;
   const std::string message = "memattn: " + s.message();
@@ -50,8 +52,8 @@ memattn::DType dtype_of(const at::Tensor& t) {
     case at::kFloat: return memattn::DType::f32;
     case at::kDouble: return memattn::DType::f64;
     default:
-      TORCH_CHECK_VALUE(false, "memattn: dtype ", t.scalar_type(),
-                        " is not supported (bfloat16, float16, float32, float64)");
+      TORCH_CHECK_VALUE(false, std::string("memattn: dtype ") + c10::toString(t.scalar_type()) +
+                                   " is not supported (bfloat16, float16, float32, float64)");
   }
 }
 
@@ -60,7 +62,7 @@ memattn::DType dtype_of(const at::Tensor& t) {
 memattn::TensorRef ref(const at::Tensor& t, bool bhmd = false) {
   memattn::TensorRef r;
   if (!t.defined()) return r;
-  TORCH_CHECK_VALUE(t.dim() <= 4, "memattn: tensors have at most 4 dims, got ", t.dim());
+  TORCH_CHECK_VALUE(t.dim() <= 4, "memattn: tensors have at most 4 dims, got " + std::to_string(t.dim()));
   r.data = t.data_ptr();
   r.dtype = dtype_of(t);
   r.rank = int(t.dim());

@@ -243,6 +243,15 @@ def test_errors_are_python_exceptions_with_the_message(bad, message):
         memattn.attention(q, k, v, **args)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_unsupported_dtype_is_a_value_error(device):
+    q = torch.ones(1, 4, 2, 8, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="dtype"):
+        memattn.attention(q, q, q)
+    with pytest.raises(ValueError, match="4-d"):
+        memattn.scaled_dot_product_attention(q[0], q[0], q[0])
+
+
 def test_float64_on_cuda_is_refused():
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
