@@ -121,6 +121,7 @@ void check_backward_bit_identical(const tools::ProblemSpec& spec, int runs) {
   w.fill_inputs(next_seed());
   if (spec.backend == Backend::cuda) ASSERT_TRUE(w.to_device().ok());
   const Status fs = forward(w.forward_args());
+  if (fs.code() == StatusCode::unsupported) GTEST_SKIP() << fs.message();  // a build without the rows
   ASSERT_TRUE(fs.ok()) << fs.to_string();
   std::vector<std::vector<unsigned char>> first;
   for (int run = 0; run < runs; ++run) {
