@@ -100,6 +100,10 @@ def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqst
             raise ValueError(f"memattn: {name} must be a 4-d tensor [B, {'H, M' if bhmd else 'M, H'}, D]")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"memattn: dropout_p must be in [0, 1), got {dropout_p}")
+    for name, t in (("seqstart_q", seqstart_q), ("seqstart_k", seqstart_k), ("seqused_k", seqused_k)):
+        # The library reads raw int32 arrays: another dtype would be misread, not refused.
+        if t is not None and (not isinstance(t, Tensor) or t.dtype != torch.int32 or t.dim() != 1):
+            raise ValueError(f"memattn: {name} must be a 1-d int32 tensor")
     left, right = _window(causal, window)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])

@@ -252,6 +252,13 @@ def test_an_unsupported_dtype_is_a_value_error(device):
         memattn.scaled_dot_product_attention(q[0], q[0], q[0])
 
 
+def test_varlen_offsets_must_be_int32():
+    q = torch.randn(1, 10, 2, 8)
+    starts = torch.tensor([0, 4, 10], dtype=torch.int64)
+    with pytest.raises(ValueError, match="seqstart_q must be a 1-d int32 tensor"):
+        memattn.attention(q, q, q, seqstart_q=starts, seqstart_k=starts.int())
+
+
 def test_float64_on_cuda_is_refused():
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
