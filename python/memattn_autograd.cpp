@@ -13,6 +13,7 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/extension.h>
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <array>
@@ -140,6 +141,8 @@ struct Attention : torch::autograd::Function<Attention> {
                                const OptTensor& seqstart_q, const OptTensor& seqstart_k, const OptTensor& seqused_k,
                                bool deterministic, bool bhmd) {
     TORCH_CHECK_VALUE(q.dim() == 4 && v.dim() == 4, "memattn: q and v must be 4-d tensors");
+    // The library launches on the current device: make it q's (as torch's own ops do).
+    const c10::OptionalDeviceGuard device_guard(q.device());
     const Settings s{window_left, window_right, bottom_right, dropout_p, scale, deterministic, bhmd};
     const std::int64_t batch = q.size(0), rows = q.size(bhmd ? 2 : 1), heads = q.size(bhmd ? 1 : 2);
     const std::int64_t dv = v.size(3);
@@ -171,6 +174,7 @@ struct Attention : torch::autograd::Function<Attention> {
     const at::Tensor dout = grads[0].stride(-1) == 1 ? grads[0] : grads[0].contiguous();
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &bias = saved[3];
+    const c10::OptionalDeviceGuard device_guard(q.device());
     const auto optional = [](const at::Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; };
     const Settings s = Settings::load(ctx);
     const bool bias_grad = bias.defined() && ctx->needs_input_grad(3);
