@@ -4,9 +4,39 @@
 // the argument structs; the version guards against mixing files from two builds.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+
 #include "memattn/memattn.hpp"
 
 namespace memattn::python {
+
+// The options both passes share, as both front ends gather them (memattn._C from the Python
+// side's dict, memattn._autograd from tensors): addresses as integers.
+struct CallOptions {
+  Backend backend;
+  std::int64_t window_left, window_right;
+  bool bottom_right;
+  double dropout_p;
+  std::uint64_t seed, offset;
+  std::optional<double> scale;
+  std::int64_t num_seqs;  // 0: no variable lengths
+  std::uintptr_t seqstart_q, seqstart_k, seqused_k, stream;
+
+  void apply(Options* o) const {
+    o->backend = backend;
+    o->mask = Mask::window(window_left, window_right, bottom_right ? Alignment::bottom_right : Alignment::top_left);
+    o->dropout = {dropout_p, seed, offset};
+    o->scale = scale;
+    if (num_seqs > 0) {
+      o->varlen.num_seqs = num_seqs;
+      o->varlen.seqstart_q = reinterpret_cast<const std::int32_t*>(seqstart_q);
+      o->varlen.seqstart_k = reinterpret_cast<const std::int32_t*>(seqstart_k);
+      o->varlen.seqused_k = reinterpret_cast<const std::int32_t*>(seqused_k);
+    }
+    o->stream = reinterpret_cast<void*>(stream);
+  }
+};
 
 struct Api {
   int version;

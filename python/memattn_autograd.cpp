@@ -104,28 +104,27 @@ struct Settings {
 void fill_options(memattn::Options* o, const at::Tensor& q, const Settings& s, const OptTensor& rng,
                   const OptTensor& seqstart_q, const OptTensor& seqstart_k, const OptTensor& seqused_k,
                   at::Tensor* workspace) {
-  o->backend = q.is_cuda() ? memattn::Backend::cuda
-               : q.scalar_type() == at::kDouble ? memattn::Backend::reference
-                                                : memattn::Backend::cpu;
-  o->mask = memattn::Mask::window(s.window_left, s.window_right,
-                                  s.bottom_right ? memattn::Alignment::bottom_right : memattn::Alignment::top_left);
-  o->dropout.p = s.dropout_p;
+  const auto address = [](const OptTensor& t) { return t ? reinterpret_cast<std::uintptr_t>(t->data_ptr()) : 0; };
+  memattn::python::CallOptions c{};
+  c.backend = q.is_cuda() ? memattn::Backend::cuda
+              : q.scalar_type() == at::kDouble ? memattn::Backend::reference
+                                               : memattn::Backend::cpu;
+  c.window_left = s.window_left, c.window_right = s.window_right, c.bottom_right = s.bottom_right;
+  c.dropout_p = s.dropout_p;
   if (rng) {  // a CPU int64 tensor (seed, offset), made by memattn.attention
     const at::Tensor r = rng->to(at::kCPU, at::kLong).contiguous();
     TORCH_CHECK_VALUE(r.numel() == 2, "memattn: rng must hold (seed, offset)");
-    o->dropout.seed = std::uint64_t(r.data_ptr<std::int64_t>()[0]);
-    o->dropout.offset = std::uint64_t(r.data_ptr<std::int64_t>()[1]);
+    c.seed = std::uint64_t(r.data_ptr<std::int64_t>()[0]);
+    c.offset = std::uint64_t(r.data_ptr<std::int64_t>()[1]);
   }
-  o->scale = s.scale;
-  if (seqstart_q) {
-    o->varlen.num_seqs = seqstart_q->numel() - 1;
-    o->varlen.seqstart_q = static_cast<const std::int32_t*>(seqstart_q->data_ptr());
-    o->varlen.seqstart_k = seqstart_k ? static_cast<const std::int32_t*>(seqstart_k->data_ptr()) : nullptr;
-    o->varlen.seqused_k = seqused_k ? static_cast<const std::int32_t*>(seqused_k->data_ptr()) : nullptr;
-  }
+  c.scale = s.scale;
+  c.num_seqs = seqstart_q ? seqstart_q->numel() - 1 : 0;
+  c.seqstart_q = address(seqstart_q), c.seqstart_k = address(seqstart_k), c.seqused_k = address(seqused_k);
+  if (q.is_cuda())
+    c.stream = reinterpret_cast<std::uintptr_t>(
+        c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(q.device()).native_handle());
+  c.apply(o);
   if (!q.is_cuda()) return;
-  const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
-  o->stream = cuda.getStream(q.device()).native_handle();
   const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte).device(q.device());
   o->allocate_workspace = [workspace, bytes](std::size_t n) {
     *workspace = at::empty({std::int64_t(n)}, bytes);

@@ -51,34 +51,7 @@ memattn::Backend parse_backend(const std::string& name) {
   throw py::value_error("memattn: unknown backend " + name);
 }
 
-// The options both passes share.
-struct Settings {
-  memattn::Backend backend;
-  std::int64_t window_left, window_right;
-  bool bottom_right;
-  double dropout_p;
-  std::uint64_t seed, offset;
-  std::optional<double> scale;
-  std::int64_t num_seqs;
-  std::uintptr_t seqstart_q, seqstart_k, seqused_k, stream;
-
-  void apply(memattn::Options* o) const {
-    o->backend = backend;
-    o->mask = memattn::Mask::window(window_left, window_right,
-                                    bottom_right ? memattn::Alignment::bottom_right : memattn::Alignment::top_left);
-    o->dropout = {dropout_p, seed, offset};
-    o->scale = scale;
-    if (num_seqs > 0) {
-      o->varlen.num_seqs = num_seqs;
-      o->varlen.seqstart_q = reinterpret_cast<const std::int32_t*>(seqstart_q);
-      o->varlen.seqstart_k = reinterpret_cast<const std::int32_t*>(seqstart_k);
-      o->varlen.seqused_k = reinterpret_cast<const std::int32_t*>(seqused_k);
-    }
-    o->stream = reinterpret_cast<void*>(stream);
-  }
-};
-
-Settings settings(const py::dict& s) {
+memattn::python::CallOptions settings(const py::dict& s) {
   return {parse_backend(s["backend"].cast<std::string>()),
           s["window_left"].cast<std::int64_t>(),    s["window_right"].cast<std::int64_t>(),
           s["bottom_right"].cast<bool>(),           s["dropout_p"].cast<double>(),
