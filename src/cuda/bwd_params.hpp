@@ -62,6 +62,17 @@ struct BwdParams : FwdParams {
   int num_n_blocks;         // key tiles per (sequence, kv head)
   std::int64_t num_kv_blocks;  // num_n_blocks * heads_k * batch: the work items of dK/dV
   std::int64_t kv_work_groups;  // the same for the (sequence, kv head) pairs of the key tiles
+  // The one-pass rows' work items (tail_split.hpp): the key tiles before kv_split_first whole,
+  // then each later tile as kv_split_parts items (its parts, one after another); kv_work_items in
+  // all. The parts but the last store their dK and dV partial sums in slot
+  // (tile - kv_split_first) * (kv_split_parts - 1) + part of kv_split_sums (dK then dV, each
+  // block_n x head-dim bucket floats in the accumulators' fragment order) and count themselves
+  // in kv_split_arrivals[tile - kv_split_first] (zeroed before the launch).
+  std::int64_t kv_work_items;
+  std::int64_t kv_split_first;
+  int kv_split_parts;
+  float* kv_split_sums;
+  int* kv_split_arrivals;
 };
 
 }  // namespace memattn::cuda

@@ -13,6 +13,7 @@
 
 #include "cuda/backend.hpp"
 #include "cuda/kernel_table.hpp"
+#include "cuda/tail_split.hpp"
 #include "memattn/kernels.hpp"
 
 namespace memattn::cuda {
@@ -389,7 +390,28 @@ struct BackwardPlan {
   std::size_t dbias_accum_offset = 0;     // 0: none
   std::size_t grad_accum_offset[3] = {};  // dQ, dK, dV of the FFMA global-accumulator rows
   std::size_t slots_offset[2] = {};       // dK/dV and dQ slots of the tensor-core global rows
+  std::size_t split_offset[2] = {};       // the split tiles' arrival counts and partial sums
 };
+
+// MEMATTN_TAIL_SPLIT=0 turns the one-pass rows' last-wave split off (for comparisons).
+bool tail_split_enabled() {
+  const char* v = std::getenv("MEMATTN_TAIL_SPLIT");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+// The one-pass rows' last wave (tail_split.hpp): only where every key tile is the same work (no
+// mask, no variable lengths) and the work items fit one CTA each.
+template <class Row>
+Status choose_tail_split(const Row& k, const detail::Problem& p, const BwdParams& b, TailSplit* split) {
+  *split = {b.num_kv_blocks, 1};
+  if (!k.tail_split || p.is_masked() || p.varlen || !tail_split_enabled()) return Status::Ok();
+  std::int64_t resident = 0;
+  if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
+  const std::int64_t steps = (p.heads_q / p.heads_k) * ((p.seqlen_q + k.block_m - 1) / k.block_m);
+  const TailSplit t = plan_tail_split(b.num_kv_blocks, resident, steps);
+  if (t.first + (b.num_kv_blocks - t.first) * t.parts <= 0x7fffffff) *split = t;
+  return Status::Ok();
+}
 
 // dbias over broadcast dimensions goes through an fp32 workspace (BwdParams::dbias_accum): of
 // dbias's reduced shape with atomics, or of the full [B, Hq, Mq, Mk] shape when deterministic.
@@ -437,6 +459,11 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   b.num_kv_blocks = std::int64_t(b.num_n_blocks) * p.heads_k * p.batch;
   if (Status s = work_groups(k, p, b.num_n_blocks, p.batch * p.heads_k, &b.kv_work_groups); !s.ok()) return s;
   if (Status s = work_groups(k, p, b.num_m_blocks, p.batch * p.heads_q, &b.work_groups); !s.ok()) return s;
+  TailSplit split;
+  if (Status s = choose_tail_split(k, p, b, &split); !s.ok()) return s;
+  b.kv_split_first = split.first;
+  b.kv_split_parts = split.parts;
+  b.kv_work_items = split.first + (b.num_kv_blocks - split.first) * split.parts;
   // Workspace: delta, then (when needed) the dbias accumulator and the gradient accumulators of
   // the global-accumulator rows, each 256-byte aligned.
   constexpr std::size_t kAlign = 256;
@@ -459,6 +486,12 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   };
   if (k.atomics) {
     grad_accum(&b.dq_accum, a.q, p.head_dim, &plan->grad_accum_offset[0]);
+    if (split.parts > 1) {  // per split tile: its count, and a slot of dK and dV per part but the last
+      const std::size_t tiles = std::size_t(b.num_kv_blocks - split.first);
+      const std::size_t slot = 2 * std::size_t(k.block_n) * std::size_t(k.max_head_dim);
+      plan->split_offset[0] = reserve(tiles * sizeof(int));
+      plan->split_offset[1] = reserve(tiles * std::size_t(split.parts - 1) * slot * sizeof(float));
+    }
   } else if (k.accumulator == Accumulator::global && k.math == Math::mma) {
     // One slot per resident CTA: dK and dV chunks of a key tile, dQ chunks of a query tile.
     std::int64_t resident = 0;
@@ -566,6 +599,10 @@ Status backward(const BackwardArgs& args, const detail::Problem& p) {
   if (plan.dbias_accum_offset) b.dbias_accum = reinterpret_cast<float*>(base + plan.dbias_accum_offset);
   if (plan.kernel->atomics) {
     b.dq_accum.data = reinterpret_cast<float*>(base + plan.grad_accum_offset[0]);
+    if (b.kv_split_parts > 1) {
+      b.kv_split_arrivals = reinterpret_cast<int*>(base + plan.split_offset[0]);
+      b.kv_split_sums = reinterpret_cast<float*>(base + plan.split_offset[1]);
+    }
   } else if (plan.kernel->accumulator == Accumulator::global && plan.kernel->math == Math::mma) {
     b.dkdv_slots = reinterpret_cast<float*>(base + plan.slots_offset[0]);
     b.dq_slots = reinterpret_cast<float*>(base + plan.slots_offset[1]);
@@ -581,6 +618,11 @@ Status describe_backward(const BackwardArgs& args, const detail::Problem& p, std
   BackwardPlan plan;
   if (Status s = plan_backward(args, p, &plan); !s.ok()) return s;
   *text = describe(*plan.kernel);
+  const BwdParams& b = plan.params;
+  if (b.kv_split_parts > 1)
+    *text += ", the last " + std::to_string(b.num_kv_blocks - b.kv_split_first) + " of " +
+             std::to_string(b.num_kv_blocks) + " key tiles split over " + std::to_string(b.kv_split_parts) +
+             " CTAs each";
   return Status::Ok();
 }
 

@@ -446,7 +446,7 @@ Status {r.name}_resources(KernelResources* r) {{ return sm80::{resources}<{templ
             f'      {{"{r.name}", Family::sm{r.family}, {CPP_DTYPE[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, '
             f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {8 if r.loads == "vector16" else 1}, '
             f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.bias_tile).lower()}, {str(r.atomics).lower()}, '
-            f'{str(r.experimental).lower()}, {r.min_queries_per_key}, {i}, '
+            f'{str(r.fused and r.head_split == 1).lower()}, {str(r.experimental).lower()}, {r.min_queries_per_key}, {i}, '
             f'&generated::{r.name}, &generated::{r.name}_resources}},'
             for i, r in enumerate(x for x in rows if x.pass_ == pass_))
 

@@ -275,9 +275,76 @@ struct DqBlockFlush {
   }
 };
 
-// `exchanges`: the cluster's exchanges so far (kHeadSplit > 1), across work items.
+// Work item `index` as a key tile (decode_kv_work's index) and the share of its query steps:
+// part `part` of `parts` (BwdParams::kv_split_first, tail_split.hpp).
+struct KvTilePart {
+  std::int64_t tile;
+  int part, parts;
+};
+
+__device__ __forceinline__ KvTilePart kv_tile_part(const BwdParams& p, std::int64_t index) {
+  if (index < p.kv_split_first) return {index, 0, 1};
+  const std::int64_t i = index - p.kv_split_first;
+  return {p.kv_split_first + i / p.kv_split_parts, int(i % p.kv_split_parts), p.kv_split_parts};
+}
+
+// The parts' handshake: a part's sums stored by all its threads, then counted (release at GPU
+// scope after the CTA's barrier, as CUTLASS's semaphores do); the last part reads the count with
+// acquire before its barrier.
+__device__ __forceinline__ void arrive_release(int* count) {
+  asm volatile("fence.acq_rel.gpu;\n red.relaxed.gpu.global.add.s32 [%0], 1;" ::"l"(count) : "memory");
+}
+__device__ __forceinline__ int load_acquire(const int* count) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
+  return v;
+}
+
+// A split key tile's dK and dV (tail_split.hpp): every part but the last stores its partial sums
+// in its slot (16 bytes per thread and access, element e of thread t at e / 4 * kThreads + t) and
+// returns false; the last part waits until the others have, adds their sums to its own (in part
+// order) and returns true.
+template <class Traits, class Acc>
+__device__ bool gather_split_tile(const BwdParams& p, const KvTilePart& part, Acc& acc_dk, Acc& acc_dv) {
+  constexpr int kVecs = int(decltype(size(acc_dk))::value) / 4;  // float4s per thread and gradient
+  static_assert(decltype(size(acc_dk))::value % 4 == 0);
+  constexpr std::int64_t kSlotVecs = 2 * kVecs * Traits::kThreads;
+  const std::int64_t tile = part.tile - p.kv_split_first;
+  float4* slots = reinterpret_cast<float4*>(p.kv_split_sums) + tile * (part.parts - 1) * kSlotVecs + threadIdx.x;
+  int* count = p.kv_split_arrivals + tile;
+  if (part.part + 1 < part.parts) {
+    float4* slot = slots + part.part * kSlotVecs;
+    CUTE_UNROLL
+    for (int i = 0; i < kVecs; ++i) {
+      __stcg(slot + i * Traits::kThreads,
+             make_float4(acc_dk(4 * i), acc_dk(4 * i + 1), acc_dk(4 * i + 2), acc_dk(4 * i + 3)));
+      __stcg(slot + (kVecs + i) * Traits::kThreads,
+             make_float4(acc_dv(4 * i), acc_dv(4 * i + 1), acc_dv(4 * i + 2), acc_dv(4 * i + 3)));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) arrive_release(count);
+    return false;
+  }
+  if (threadIdx.x == 0)
+    while (load_acquire(count) < part.parts - 1) __nanosleep(256);
+  __syncthreads();
+  for (int j = 0; j + 1 < part.parts; ++j) {
+    const float4* slot = slots + j * kSlotVecs;
+    CUTE_UNROLL
+    for (int i = 0; i < kVecs; ++i) {
+      const float4 dk = __ldcg(slot + i * Traits::kThreads), dv = __ldcg(slot + (kVecs + i) * Traits::kThreads);
+      acc_dk(4 * i) += dk.x, acc_dk(4 * i + 1) += dk.y, acc_dk(4 * i + 2) += dk.z, acc_dk(4 * i + 3) += dk.w;
+      acc_dv(4 * i) += dv.x, acc_dv(4 * i + 1) += dv.y, acc_dv(4 * i + 2) += dv.z, acc_dv(4 * i + 3) += dv.w;
+    }
+  }
+  return true;
+}
+
+// `exchanges`: the cluster's exchanges so far (kHeadSplit > 1), across work items. `part`: the
+// share of the tile's query steps (rows with kHeadSplit > 1 are never split).
 template <class Traits, unsigned kFeatures>
-__device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char* smem, int& exchanges) {
+__device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const KvTilePart& part, char* smem,
+                               int& exchanges) {
   using Element = typename Traits::Element;
   using Smem = FusedBwdSmem<Traits, kFeatures>;
   constexpr int kQueries = Traits::kBlockM, kKeys = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
@@ -292,9 +359,12 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   const detail::MaskRule rule = mask_rule(p, seq);
   std::int64_t query_begin = 0, query_end = 0;
   rule.query_range(n0, n0 + keys, seq.q_len, &query_begin, &query_end);
-  // The steps: every query tile of [query_begin, query_end), for each head of the group.
+  // The steps: every query tile of [query_begin, query_end), for each head of the group; this
+  // CTA's share of them when the tile is split.
   const int q_tiles = query_end > query_begin ? int((query_end - query_begin + kQueries - 1) / kQueries) : 0;
-  const int steps = p.group * q_tiles;
+  const int all_steps = p.group * q_tiles;
+  const int first_step = kSplit == 1 ? int(std::int64_t(all_steps) * part.part / part.parts) : 0;
+  const int steps = kSplit == 1 ? int(std::int64_t(all_steps) * (part.part + 1) / part.parts) - first_step : all_steps;
   // A step's query head and first query row, and the addresses of its rows, advanced step by step:
   // no division, and no 64-bit address rebuilt from (batch, head, row) per step (that was ~140
   // uniform instructions per warp and step) except when the head changes.
@@ -411,7 +481,9 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   using DqFlush = DqBlockFlush<kQueries, kHeadDim, Smem::kDqLd, Traits::kThreads, 2 * kSlicesK>;
   DqFlush pending(dq_stage, nullptr, 0, opaque_thread<Traits::kThreads>());
 
-  Step at = step_at(work.hk * p.group, query_begin);
+  Step at = q_tiles > 0 ? step_at(work.hk * p.group + first_step / q_tiles,
+                                  query_begin + std::int64_t(first_step % q_tiles) * kQueries)
+                        : step_at(work.hk * p.group, query_begin);
   if (steps > 0) stage_row_stat<kQueries>(load_step(at), lse2, delta);
   for (int step = 0; step < steps; ++step) {
     const int h = at.h;
@@ -489,6 +561,8 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, char*
   }
   if constexpr (kDeferDq) pending.add_all();  // the last step's dQ (nothing when no step ran)
   cp_async_wait<0>();  // K and V, when no step ran
+  if constexpr (kSplit == 1)
+    if (part.parts > 1 && !gather_split_tile<Traits>(p, part, acc_dk, acc_dv)) return;
 
   CUTE_UNROLL
   for (int e = 0; e < size(acc_dk); ++e) acc_dk(e) *= p.scale;
@@ -508,8 +582,9 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) fus
   int exchanges = 0;
   if constexpr (kSplit > 1)
     typename Smem::Exchange(smem, Smem::kExchangeOffset, Smem::kExchangeBarrierOffset, sm90::cluster_rank()).init();
-  for (std::int64_t index = blockIdx.x / kSplit; index < p.num_kv_blocks; index += gridDim.x / kSplit) {
-    fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, index), smem, exchanges);
+  for (std::int64_t index = blockIdx.x / kSplit; index < p.kv_work_items; index += gridDim.x / kSplit) {
+    const KvTilePart part = kv_tile_part(p, index);
+    fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, part.tile), part, smem, exchanges);
     __syncthreads();
   }
   if constexpr (kSplit > 1) sm90::finish_exchanges();

@@ -187,12 +187,17 @@ Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
   });
 }
 
-// The one-pass rows (bwd_fused_kernel.hpp).
+// The one-pass rows (bwd_fused_kernel.hpp), with the split tiles' arrival counts zeroed first.
 template <class Traits, unsigned kFeatures>
 Status launch_backward_fused(const BwdParams& p, cudaStream_t stream) {
   return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
+    if (p.kv_split_parts > 1) {
+      const std::size_t bytes = std::size_t(p.num_kv_blocks - p.kv_split_first) * sizeof(int);
+      if (Status s = cuda_status(cudaMemsetAsync(p.kv_split_arrivals, 0, bytes, stream), "split tiles' counts"); !s.ok())
+        return s;
+    }
     return launch_split(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, FusedBwdSmem<Traits, kFeatures>::kBytes,
-                        Traits::kHeadSplit, p.num_kv_blocks, 0, p, stream);
+                        Traits::kHeadSplit, p.kv_work_items, 0, p, stream);
   });
 }
 
