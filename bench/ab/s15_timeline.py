@@ -2,8 +2,11 @@
 (CPU and CUDA) around bench.py-style calls (event, grad, event, synchronise), printing for each
 call the host time to the first launch, the first launch to the first kernel's start, gaps
 between kernels, and the kernels themselves.
-  PYTHONPATH=build-s15/python:bench python3 bench/ab/s15_timeline.py
+  PYTHONPATH=build-s15/python:bench python3 bench/ab/s15_timeline.py [B,H,S,D,causal ...]
+(session 16 added the shapes on the command line; the default is session 15's two)
 """
+import sys
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -46,7 +49,9 @@ def calls(name, fwd, q, k, v, dout, n=6):
 
 def main():
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
-    for b, h, s, d, causal in ((8, 16, 2048, 128, False), (8, 32, 2048, 64, True)):
+    shapes = [tuple(int(x) for x in a.split(",")) for a in sys.argv[1:]] or [(8, 16, 2048, 128, 0), (8, 32, 2048, 64, 1)]
+    for b, h, s, d, causal in shapes:
+        causal = bool(causal)
         gen = torch.Generator(device="cuda").manual_seed(1)
         q, k, v, dout = (torch.randn((b, h, s, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         q, k, v = (t.requires_grad_() for t in (q, k, v))
