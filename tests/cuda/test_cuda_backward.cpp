@@ -145,7 +145,8 @@ TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
 // (tail_split.hpp): problems with a few key tiles more than a whole number of waves (one partial
 // tile per head, the heads chosen from the GPU's multiprocessor count; the plan must say it
 // splits), against the reference. Mq not a multiple of the query tile; with GQA a part's steps
-// cross from one query head to the next; the last case's 68 extra tiles are split three ways.
+// cross from one query head to the next; 68 extra tiles are split three ways; D = 256 and 512
+// (sm80's 32 x 32 row, S and dP summed over head-dim slices) run their own layouts.
 TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const std::vector<KernelInfo> rows = list_kernels();
@@ -162,7 +163,8 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
   };
   for (const Case c : {Case{DType::bf16, 128, 128, 1, false, 1000, 40, 5}, Case{DType::f16, 120, 112, 2, false, 300, 33, 6},
                        Case{DType::bf16, 128, 128, 1, true, 1000, 40, 5}, Case{DType::bf16, 64, 64, 2, false, 520, 40, 4},
-                       Case{DType::bf16, 72, 72, 1, false, 2000, 8, 68}}) {
+                       Case{DType::bf16, 72, 72, 1, false, 2000, 8, 68}, Case{DType::bf16, 256, 256, 1, false, 520, 40, 5},
+                       Case{DType::bf16, 512, 512, 1, false, 300, 20, 3}}) {
     tools::ProblemSpec s;
     s.batch = 1;
     s.seqlen_q = c.seqlen_q;
