@@ -21,6 +21,10 @@
 // Pipelining: the next tile's Q and dO are loaded (cp.async) as soon as the dK GEMM has read
 // this tile's, so the loads overlap the dQ GEMM and its atomics; its LSE and delta are fetched
 // into registers at the same time and staged in shared memory after the atomics.
+//
+// The last wave: when the key tiles are not a whole number of waves, the tiles of the part-full
+// last one are split along their query steps over several CTAs, which meet in the workspace
+// before dK and dV are written (tail_split.hpp, gather_split_tile).
 #pragma once
 
 #include <cute/tensor.hpp>
