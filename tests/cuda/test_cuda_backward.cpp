@@ -116,12 +116,7 @@ TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
   if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain") || !compiled("bwd_sm80_bf16_d128_m64n64w4_vec_plain"))
     GTEST_SKIP() << "the build lacks the D = 128 rows";
   const auto one_pass = [](std::int64_t seqlen, bool causal, bool deterministic) {
-    tools::ProblemSpec s;
-    s.batch = 1;
-    s.seqlen_q = s.seqlen_k = seqlen;
-    s.heads_q = s.heads_k = 1;
-    s.head_dim = s.head_dim_v = 128;
-    s.dtype = DType::bf16;
+    tools::ProblemSpec s = problem_shape(1, seqlen, seqlen, 1, 1, 128, 128);
     if (causal) s.mask = Mask::causal();
     s.deterministic = deterministic;
     s.backend = Backend::cuda;
@@ -165,12 +160,7 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
                        Case{DType::bf16, 128, 128, 1, true, 1000, 40, 5}, Case{DType::bf16, 64, 64, 2, false, 520, 40, 4},
                        Case{DType::bf16, 72, 72, 1, false, 2000, 8, 68}, Case{DType::bf16, 256, 256, 1, false, 520, 40, 5},
                        Case{DType::bf16, 512, 512, 1, false, 300, 20, 3}}) {
-    tools::ProblemSpec s;
-    s.batch = 1;
-    s.seqlen_q = c.seqlen_q;
-    s.seqlen_k = c.seqlen_k;
-    s.head_dim = c.head_dim;
-    s.head_dim_v = c.head_dim_v;
+    tools::ProblemSpec s = problem_shape(1, c.seqlen_q, c.seqlen_k, 1, 1, c.head_dim, c.head_dim_v);  // heads below
     s.dtype = c.dtype;
     if (c.bias) s.bias = tools::bias_pattern(tools::BiasKind::dense);
     s.backend = Backend::cuda;
@@ -196,14 +186,7 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
 // Bit-identical gradients run after run (the kernels own their output rows: no atomics).
 TEST(CudaBackwardDeterminism, TwentyRunsAreBitIdentical) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  tools::ProblemSpec s;
-  s.batch = 2;
-  s.seqlen_q = 200;
-  s.seqlen_k = 300;
-  s.heads_q = 4;
-  s.heads_k = 2;
-  s.head_dim = s.head_dim_v = 64;
-  s.dtype = DType::bf16;
+  tools::ProblemSpec s = problem_shape(2, 200, 300, 4, 2, 64, 64);
   s.bias = tools::bias_pattern(tools::BiasKind::dense);
   s.dropout = {0.1, 5, 0};
   s.deterministic = true;
@@ -215,13 +198,7 @@ TEST(CudaBackwardDeterminism, TwentyRunsAreBitIdentical) {
 // them in a fixed order.
 TEST(CudaBackwardDeterminism, BroadcastDbiasIsBitIdentical) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  tools::ProblemSpec s;
-  s.batch = 2;
-  s.seqlen_q = 130;
-  s.seqlen_k = 77;
-  s.heads_q = 4;
-  s.heads_k = 4;
-  s.head_dim = s.head_dim_v = 32;
+  tools::ProblemSpec s = problem_shape(2, 130, 77, 4, 4, 32, 32);
   s.dtype = DType::f16;
   s.bias = tools::BiasPattern{true, true, false, false};
   s.mask = Mask::causal();
@@ -232,12 +209,7 @@ TEST(CudaBackwardDeterminism, BroadcastDbiasIsBitIdentical) {
 
 // A small bf16 problem on the device with the forward run: the workspace tests' inputs.
 std::unique_ptr<tools::Workload> small_problem_after_forward() {
-  tools::ProblemSpec s;
-  s.batch = 1;
-  s.seqlen_q = s.seqlen_k = 64;
-  s.heads_q = s.heads_k = 2;
-  s.head_dim = s.head_dim_v = 64;
-  s.dtype = DType::bf16;
+  tools::ProblemSpec s = problem_shape(1, 64, 64, 2, 2, 64, 64);
   s.backend = Backend::cuda;
   auto w = std::make_unique<tools::Workload>(s);
   w->fill_inputs(next_seed());
@@ -272,14 +244,7 @@ TEST(CudaBackwardWorkspace, ASmallerOneIsRefusedBeforeAnyLaunch) {
 // query gives; the gradients equal those of a call with the workspace given outright.
 TEST(CudaBackwardWorkspace, TheCallersAllocatorIsAskedOnceForThePlannedSize) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  tools::ProblemSpec s;
-  s.batch = 2;
-  s.seqlen_q = 77;
-  s.seqlen_k = 130;
-  s.heads_q = 4;
-  s.heads_k = 2;
-  s.head_dim = s.head_dim_v = 64;
-  s.dtype = DType::bf16;
+  tools::ProblemSpec s = problem_shape(2, 77, 130, 4, 2, 64, 64);
   s.mask = Mask::causal(Alignment::bottom_right);
   s.deterministic = true;  // bit-identical gradients from the two calls
   s.backend = Backend::cuda;

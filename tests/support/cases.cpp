@@ -1,6 +1,20 @@
 #include "support/cases.hpp"
 
 namespace memattn::testing {
+
+tools::ProblemSpec problem_shape(std::int64_t b, std::int64_t mq, std::int64_t mk, std::int64_t hq, std::int64_t hk,
+                                 std::int64_t d, std::int64_t dv) {
+  tools::ProblemSpec s;
+  s.batch = b;
+  s.seqlen_q = mq;
+  s.seqlen_k = mk;
+  s.heads_q = hq;
+  s.heads_k = hk;
+  s.head_dim = d;
+  s.head_dim_v = dv;
+  return s;
+}
+
 namespace {
 
 tools::ProblemSpec base() {
@@ -9,19 +23,6 @@ tools::ProblemSpec base() {
   s.seqlen_q = s.seqlen_k = 64;
   s.heads_q = s.heads_k = 2;
   s.head_dim = s.head_dim_v = 32;
-  return s;
-}
-
-tools::ProblemSpec shape(std::int64_t b, std::int64_t mq, std::int64_t mk, std::int64_t hq, std::int64_t hk,
-                         std::int64_t d, std::int64_t dv) {
-  tools::ProblemSpec s = base();
-  s.batch = b;
-  s.seqlen_q = mq;
-  s.seqlen_k = mk;
-  s.heads_q = hq;
-  s.heads_k = hk;
-  s.head_dim = d;
-  s.head_dim_v = dv;
   return s;
 }
 
@@ -50,34 +51,34 @@ std::vector<NamedCase> feature_cases(DType dtype, Backend backend) {
   constexpr auto BR = Alignment::bottom_right;
   std::vector<NamedCase> c = {
       // Shapes.
-      {"single", shape(1, 1, 1, 1, 1, 1, 1)},
-      {"m17_n255_gqa", shape(2, 17, 255, 4, 2, 24, 24)},
-      {"m255_n17_dv72", shape(1, 255, 17, 2, 2, 40, 72)},
-      {"m1013", shape(1, 1013, 1013, 1, 1, 64, 64)},
-      {"d7_dv13", shape(2, 50, 60, 2, 1, 7, 13)},
-      {"d300", shape(1, 64, 100, 1, 1, 300, 300)},
-      {"d512_dv256", shape(1, 33, 40, 2, 1, 512, 256)},
-      {"d1000", shape(1, 20, 30, 1, 1, 1000, 1000)},
-      {"mqa", shape(2, 40, 70, 8, 1, 16, 16)},
-      {"empty_keys", shape(1, 9, 0, 2, 2, 16, 16)},
+      {"single", problem_shape(1, 1, 1, 1, 1, 1, 1)},
+      {"m17_n255_gqa", problem_shape(2, 17, 255, 4, 2, 24, 24)},
+      {"m255_n17_dv72", problem_shape(1, 255, 17, 2, 2, 40, 72)},
+      {"m1013", problem_shape(1, 1013, 1013, 1, 1, 64, 64)},
+      {"d7_dv13", problem_shape(2, 50, 60, 2, 1, 7, 13)},
+      {"d300", problem_shape(1, 64, 100, 1, 1, 300, 300)},
+      {"d512_dv256", problem_shape(1, 33, 40, 2, 1, 512, 256)},
+      {"d1000", problem_shape(1, 20, 30, 1, 1, 1000, 1000)},
+      {"mqa", problem_shape(2, 40, 70, 8, 1, 16, 16)},
+      {"empty_keys", problem_shape(1, 9, 0, 2, 2, 16, 16)},
       // Masks; bottom-right with Mq > Mk leaves the first rows fully masked.
-      {"causal_tl", with_mask(shape(1, 100, 77, 2, 2, 32, 32), kUnbounded, 0, TL)},
-      {"causal_br_fully_masked_rows", with_mask(shape(1, 100, 77, 2, 2, 32, 32), kUnbounded, 0, BR)},
-      {"causal_br_long_keys", with_mask(shape(2, 50, 130, 2, 1, 32, 32), kUnbounded, 0, BR)},
-      {"window_16_3", with_mask(shape(1, 150, 150, 2, 2, 32, 32), 16, 3, TL)},
-      {"window_band_1_0", with_mask(shape(1, 70, 90, 1, 1, 32, 32), 1, 0, TL)},
-      {"window_left_only", with_mask(shape(1, 90, 70, 1, 1, 32, 32), 5, kUnbounded, TL)},
-      {"window_br", with_mask(shape(1, 70, 190, 2, 2, 32, 32), 10, 2, BR)},
+      {"causal_tl", with_mask(problem_shape(1, 100, 77, 2, 2, 32, 32), kUnbounded, 0, TL)},
+      {"causal_br_fully_masked_rows", with_mask(problem_shape(1, 100, 77, 2, 2, 32, 32), kUnbounded, 0, BR)},
+      {"causal_br_long_keys", with_mask(problem_shape(2, 50, 130, 2, 1, 32, 32), kUnbounded, 0, BR)},
+      {"window_16_3", with_mask(problem_shape(1, 150, 150, 2, 2, 32, 32), 16, 3, TL)},
+      {"window_band_1_0", with_mask(problem_shape(1, 70, 90, 1, 1, 32, 32), 1, 0, TL)},
+      {"window_left_only", with_mask(problem_shape(1, 90, 70, 1, 1, 32, 32), 5, kUnbounded, TL)},
+      {"window_br", with_mask(problem_shape(1, 70, 190, 2, 2, 32, 32), 10, 2, BR)},
       // Bias.
-      {"bias_dense", with_bias(shape(2, 65, 77, 2, 2, 32, 32), BiasKind::dense)},
-      {"bias_broadcast_batch", with_bias(shape(2, 40, 50, 2, 1, 32, 32), BiasKind::broadcast_batch)},
-      {"bias_broadcast_heads", with_bias(shape(2, 40, 50, 4, 2, 32, 32), BiasKind::broadcast_heads)},
-      {"bias_row", with_bias(shape(2, 40, 70, 2, 2, 32, 32), BiasKind::row)},
-      {"bias_causal", with_bias(with_mask(shape(1, 80, 80, 2, 2, 32, 32), kUnbounded, 0, TL), BiasKind::dense)},
+      {"bias_dense", with_bias(problem_shape(2, 65, 77, 2, 2, 32, 32), BiasKind::dense)},
+      {"bias_broadcast_batch", with_bias(problem_shape(2, 40, 50, 2, 1, 32, 32), BiasKind::broadcast_batch)},
+      {"bias_broadcast_heads", with_bias(problem_shape(2, 40, 50, 4, 2, 32, 32), BiasKind::broadcast_heads)},
+      {"bias_row", with_bias(problem_shape(2, 40, 70, 2, 2, 32, 32), BiasKind::row)},
+      {"bias_causal", with_bias(with_mask(problem_shape(1, 80, 80, 2, 2, 32, 32), kUnbounded, 0, TL), BiasKind::dense)},
       // Dropout.
-      {"dropout", [] { auto s = shape(2, 70, 90, 2, 1, 32, 24); s.dropout = {0.3, 1234, 7}; return s; }()},
+      {"dropout", [] { auto s = problem_shape(2, 70, 90, 2, 1, 32, 24); s.dropout = {0.3, 1234, 7}; return s; }()},
       {"dropout_causal_bias", [] {
-         auto s = with_bias(with_mask(shape(1, 60, 60, 2, 2, 16, 16), kUnbounded, 0, BR), BiasKind::dense);
+         auto s = with_bias(with_mask(problem_shape(1, 60, 60, 2, 2, 16, 16), kUnbounded, 0, BR), BiasKind::dense);
          s.dropout = {0.5, 99, 0};
          return s;
        }()},
@@ -93,26 +94,26 @@ std::vector<NamedCase> feature_cases(DType dtype, Backend backend) {
          return s;
        }()},
       // Strides.
-      {"kv_stride0", [] { auto s = shape(3, 30, 40, 2, 2, 32, 32); s.kv_broadcast_batch = true; return s; }()},
-      {"padded_strides", [] { auto s = with_bias(shape(2, 30, 41, 2, 1, 20, 28), BiasKind::dense); s.padding = 3; return s; }()},
+      {"kv_stride0", [] { auto s = problem_shape(3, 30, 40, 2, 2, 32, 32); s.kv_broadcast_batch = true; return s; }()},
+      {"padded_strides", [] { auto s = with_bias(problem_shape(2, 30, 41, 2, 1, 20, 28), BiasKind::dense); s.padding = 3; return s; }()},
       // A window skips tiles, whose dbias no kernel writes: zeroed first, here element by element
       // (padded rows: dbias's memory has gaps).
       {"padded_window_bias", [] {
-         auto s = with_bias(with_mask(shape(2, 90, 110, 2, 2, 32, 32), 9, 2, TL), BiasKind::dense);
+         auto s = with_bias(with_mask(problem_shape(2, 90, 110, 2, 2, 32, 32), 9, 2, TL), BiasKind::dense);
          s.padding = 3;
          return s;
        }()},
       {"bias_f32_expanded", [] {
-         auto s = with_bias(shape(2, 30, 40, 2, 2, 32, 32), BiasKind::broadcast_heads);
+         auto s = with_bias(problem_shape(2, 30, 40, 2, 2, 32, 32), BiasKind::broadcast_heads);
          s.bias_f32 = true;
          s.bias_expanded = true;
          return s;
        }()},
       // 200 keys: whole unmasked key tiles, where the forward applies a positive scale in the
       // softmax and any other scale before it.
-      {"scale", [] { auto s = shape(1, 40, 200, 2, 2, 32, 32); s.scale = 0.37; return s; }()},
-      {"scale_negative", [] { auto s = shape(1, 40, 200, 2, 2, 32, 32); s.scale = -0.37; return s; }()},
-      {"scale_zero_causal_br", [] { auto s = with_mask(shape(1, 40, 200, 2, 2, 32, 32), kUnbounded, 0, BR); s.scale = 0.0; return s; }()},
+      {"scale", [] { auto s = problem_shape(1, 40, 200, 2, 2, 32, 32); s.scale = 0.37; return s; }()},
+      {"scale_negative", [] { auto s = problem_shape(1, 40, 200, 2, 2, 32, 32); s.scale = -0.37; return s; }()},
+      {"scale_zero_causal_br", [] { auto s = with_mask(problem_shape(1, 40, 200, 2, 2, 32, 32), kUnbounded, 0, BR); s.scale = 0.0; return s; }()},
       // Everything at once.
       {"all_features", [] {
          auto s = with_bias(with_mask(varlen({33, 0, 61}, {45, 7, 80}), 20, 4, BR), BiasKind::broadcast_batch);

@@ -18,6 +18,11 @@ struct NamedCase {
   tools::ProblemSpec spec;
 };
 
+// A problem of these sizes (bf16, no mask, bias or dropout, the automatic backend); tests set
+// the rest.
+tools::ProblemSpec problem_shape(std::int64_t batch, std::int64_t seqlen_q, std::int64_t seqlen_k, std::int64_t heads_q,
+                                 std::int64_t heads_k, std::int64_t head_dim, std::int64_t head_dim_v);
+
 // The cases with the given dtype and backend.
 std::vector<NamedCase> feature_cases(DType dtype, Backend backend);
 
