@@ -228,8 +228,26 @@ __device__ __forceinline__ void load_row_stats(const BwdParams& p, const Sequenc
   }
 }
 
-// With s the raw scores Q K^T and dp the raw dO V^T of one tile (either way round, see
-// query_key): s <- P * Z / (1 - p) (what dV needs) and dp <- dS = P * (Z / (1 - p) * dO V^T - delta).
+// What gradient_tile's s holds on entry: the raw scores, or (rows without bias) P already, from
+// exp_scores_part.
+enum class ScoresIn { raw, probabilities };
+
+// P = 2^(s * scale_log2 - lse2) for part `part` of kParts of a score fragment with query rows:
+// the one-pass kernel calls it between the dP GEMM's k-slices, so that the exponentials (MUFU)
+// issue while the tensor cores run instead of after them (then gradient_tile with
+// ScoresIn::probabilities). Rows without bias only: a bias is added before the exponential.
+template <int kParts, class S, class Coords>
+__device__ __forceinline__ void exp_scores_part(S& s, const Coords& coord, const float* lse2, float scale_log2,
+                                                int part) {
+  constexpr int kPer = int(decltype(size(s))::value) / kParts;
+  static_assert(kPer * kParts == int(decltype(size(s))::value));
+  CUTE_UNROLL
+  for (int e = part * kPer; e < (part + 1) * kPer; ++e)
+    s(e) = fast_exp2(fmaf(s(e), scale_log2, -lse2[get<0>(coord(e))]));
+}
+
+// With s the raw scores Q K^T (or P, kIn) and dp the raw dO V^T of one tile (either way round,
+// see query_key): s <- P * Z / (1 - p) (what dV needs) and dp <- dS = P * (Z / (1 - p) * dO V^T - delta).
 // lse2 and delta are the tile's staged row statistics (indexed by query - m0). When dbias is
 // wanted (kWriteDbias, the dQ kernel: every element of a (sequence, head) is visited once), dS
 // goes to dbias, or to its fp32 workspace when dbias has broadcast dimensions (BwdParams).
@@ -242,7 +260,8 @@ __device__ __forceinline__ void load_row_stats(const BwdParams& p, const Sequenc
 // caller stores the tile (store_dbias_tile); with a dbias workspace (broadcast dimensions) each
 // pair of neighbouring keys is added (or stored, deterministic) there from the registers. A
 // 32-bit dbias without a workspace goes to the rows with the global path (the dispatcher).
-template <class Element, unsigned kFeatures, bool kKeyRows, bool kWriteDbias, class S, class DP, class Coords>
+template <class Element, unsigned kFeatures, bool kKeyRows, bool kWriteDbias, ScoresIn kIn = ScoresIn::raw, class S,
+          class DP, class Coords>
 __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
                                               bool masked, S& s, DP& dp, const Coords& coord, const float* lse2,
                                               const float* delta, SharedBias shared_bias = {},
@@ -252,6 +271,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   // not give P = 0. With bias the scores become scale * s + bias (one FFMA), hidden ones -inf,
   // and log2(e) goes into the exp2 FFMA.
   constexpr bool kScaleInExp = (kFeatures & kBias) == 0;
+  static_assert(kIn == ScoresIn::raw || (kScaleInExp && !kKeyRows), "P computed ahead: rows without bias");
   if constexpr (!kScaleInExp)
     transform_scores<Element, bias_code(kFeatures), kKeyRows>(p, rule, t, masked, s, coord, shared_bias,
                                                               natural_units(p));
@@ -284,7 +304,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     std::int64_t i, j;
     query_key<kKeyRows>(t, coord, e, &i, &j);
     const int r = int(i - t.m0);
-    const float prob = fast_exp2(fmaf(s(e), exp_scale, -lse2[r]));
+    const float prob = kIn == ScoresIn::probabilities ? s(e) : fast_exp2(fmaf(s(e), exp_scale, -lse2[r]));
     bool keep = true;
     if constexpr ((kFeatures & kDropoutPaired) != 0) keep = !dropout || ((keep_bits >> e) & 1) != 0;
     else keep = !dropout || dropout_keeps(p, bh, i, j);
