@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 17: two CLI builds A and B alternating on the suite's D = 64/128 backward rows
 # (median of 30 calls each), then ncu's counters of both one-pass kernels at D = 64 S = 2048.
-# Usage: [EXTRA_CFGS='D,H,B,S[,--causal] ...'] [NCU=0] bench/ab/s17_ab.sh A_BIN B_BIN [rounds]
+# Usage: [CFGS='D,H,B,S[,--causal] ...' (instead of the default list)] [EXTRA_CFGS='D,H,B,S[,--causal] ...'] [NCU=0] bench/ab/s17_ab.sh A_BIN B_BIN [rounds]
 set -u
 A=$1; B=$2; ROUNDS=${3:-3}
 one() {  # BIN D H B S [--causal]
@@ -10,9 +10,8 @@ one() {  # BIN D H B S [--causal]
     --iters 30 --json 2>/dev/null | grep -o '"bwd_ms":[0-9.]*' | cut -d: -f2
 }
 for round in $(seq $ROUNDS); do
-  for cfg in "64 32 2 8192" "64 32 1 16384" "64 32 8 2048" "128 16 2 8192" "128 16 8 2048" "128 16 1 16384 --causal" \
-             "64 32 2 8192 --causal" \
-             ${EXTRA_CFGS:-}; do
+  for cfg in ${CFGS:-64,32,2,8192 64,32,1,16384 64,32,8,2048 128,16,2,8192 128,16,8,2048 128,16,1,16384,--causal \
+                   64,32,2,8192,--causal} ${EXTRA_CFGS:-}; do
     set -- ${cfg//,/ }
     a=$(one $A $@); b=$(one $B $@)
     echo "round $round D=$1 H=$2 B=$3 S=$4 ${5:-}: A $a ms, B $b ms, A/B $(python3 -c "print(f'{$a/$b:.4f}')")"
