@@ -15,8 +15,8 @@
 // tile's dK and dV fit in the registers of 8 warps. dQ goes through shared memory to the
 // workspace (stage_fragment, then DqBlockFlush or flush_staged); with that the rows are the plain
 // default at D = 128 and 256 (docs/perf-notes.md, 2026-11-22 (6)). The workspace is head-major,
-// so a step's dQ tile is one block there, and its atomics are issued during the next step's S and
-// dP MMAs (2026-11-22 (13)).
+// so a step's dQ tile is one block there, and its atomics are issued during the next step's S (and
+// dP) MMAs (2026-11-22 (13)); P's exponentials during the dP MMAs (2026-11-23 (17)).
 //
 // Pipelining: the next tile's Q and dO are loaded (cp.async) as soon as the dK GEMM has read
 // this tile's, so the loads overlap the dQ GEMM and its atomics; its LSE and delta are fetched
@@ -218,9 +218,10 @@ __device__ __forceinline__ void flush_staged(const float* stage, int ld, float* 
 }
 
 // The same for a workspace tile that is one block (rows kCols floats apart, all columns), in
-// kParts parts that the next step issues between its S and dP MMAs, so that the loads and
-// atomics overlap the tensor cores instead of following the dQ GEMM (the stage is not written
-// again before the next step's dQ GEMM, two barriers later). Each part's staged values are
+// kParts parts that the next step issues between its S GEMM's k-slices (and its dP GEMM's,
+// where those do not carry P's exponentials), so that the loads and atomics overlap the tensor
+// cores instead of following the dQ GEMM (the stage is not written again before the next step's
+// dQ GEMM, two barriers later). Each part's staged values are
 // loaded one part ahead, so that no atomic waits for its load in the middle of the MMAs. Thread t
 // adds the tile's elements t, t + kThreads, ... (pass i: element i * kThreads + t): each atomic's
 // address is the thread's base plus a constant, and so is the staged element's. (With a runtime
@@ -477,14 +478,22 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
   clear(acc_dk);
   clear(acc_dv);
   // dQ's workspace tile is one block (DqBlockFlush) when its rows are the tile's width; then a
-  // step's dQ is added during the next step's S and dP MMAs (where those are plain GEMMs), the
+  // step's dQ is added during the next step's S (and dP) MMAs (where those are plain GEMMs), the
   // last one after the loop.
   const bool dq_block = kSplit == 1 && p.dq_accum.ld == kHeadDim;
   constexpr int kSlicesK = kHeadDim / 16;  // k16 slices of the S and dP GEMMs
   constexpr bool kDeferDq = kSplit == 1 && Traits::kSdpSlices == 1;
-  // Rows without bias (whose scores need no transform before the exponential).
-  constexpr bool kExpDuringDp = Traits::kExpDuringDp && (kFeatures & kBias) == 0;
-  using DqFlush = DqBlockFlush<kQueries, kHeadDim, Smem::kDqLd, Traits::kThreads, 2 * kSlicesK>;
+  // P's exponentials are issued between the dP GEMM's k-slices (exp_scores_part), beside its
+  // MMAs. Not with a bias, which is added before the exponential, nor in the head-split rows,
+  // which sum S and dP after the GEMMs. With more than 32 score elements per thread (D = 64's
+  // 128 x 128 tile: 64) the registers are short, and the deferred dQ flush goes between the S
+  // GEMM's k-slices only, which frees its buffer for the exponentials (with the flush over both
+  // GEMMs they spilled and gained half as much); with fewer the flush over both GEMMs stays 1-2%
+  // faster (H100, 2026-11-23 (17)).
+  constexpr bool kExpDuringDp = kDeferDq && (kFeatures & kBias) == 0;
+  constexpr bool kFlushDuringS = kExpDuringDp && kQueries * kKeys > 32 * Traits::kThreads;
+  constexpr int kFlushParts = kFlushDuringS ? kSlicesK : 2 * kSlicesK;
+  using DqFlush = DqBlockFlush<kQueries, kHeadDim, Smem::kDqLd, Traits::kThreads, kFlushParts>;
   DqFlush pending(dq_stage, nullptr, 0, opaque_thread<Traits::kThreads>());
 
   Step at = q_tiles > 0 ? step_at(work.hk * p.group + first_step / q_tiles,
@@ -513,7 +522,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
       };
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t, add_dq);
       gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t, [&](int kk) {
-        add_dq(kSlicesK + kk);
+        if constexpr (!kFlushDuringS) add_dq(kSlicesK + kk);
         if constexpr (kExpDuringDp) exp_scores_part<kSlicesK>(acc_s, coord_s, lse2, p.scale_log2, kk);
       });
     }

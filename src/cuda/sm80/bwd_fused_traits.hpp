@@ -65,12 +65,6 @@ struct FusedBwdTraits {
   static constexpr int kSdpSlices = (kBlockM == 32 && kBlockN == 32 && kHeadDim >= 512) ? 4 : 1;
   static constexpr int kSdpSliceCols = kHeadDim / kSdpSlices;
   static_assert(kSdpSlices == 1 || kBlockN == 16 * (kWarps / kSdpSlices));
-  // P's exponentials are issued between the dP GEMM's k-slices (exp_scores_part), where the
-  // registers allow it: at 32 score elements per thread (D = 128's 64 x 128 tile) that gained
-  // 1-2.5% over taking them after the GEMM; at 64 (D = 64's 128 x 128) their temporaries beside
-  // the S and dP accumulators spilled 38 bytes and the gain halved (H100, 2026-11-23 (17)).
-  // (The head-split rows sum S and dP over the cluster after the GEMMs: not before.)
-  static constexpr bool kExpDuringDp = kSdpSlices == 1 && kHeadSplit == 1 && kBlockM * kBlockN <= 32 * kThreads;
   // dQ = dS K is computed and added to the workspace in column chunks of this width: above 128 a
   // whole row of dQ next to the dK/dV accumulators would not fit in the registers. With 32 keys
   // (D = 512) the grid is one row of warps over 256-column chunks: each warp reads 8 KB of dS and
