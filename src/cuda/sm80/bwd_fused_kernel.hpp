@@ -218,14 +218,14 @@ __device__ __forceinline__ void flush_staged(const float* stage, int ld, float* 
 }
 
 // The same for a workspace tile that is one block (rows kCols floats apart, all columns), in
-// kParts parts that the next step issues between its S GEMM's k-slices (and its dP GEMM's,
-// where those do not carry P's exponentials), so that the loads and atomics overlap the tensor
-// cores instead of following the dQ GEMM (the stage is not written again before the next step's
-// dQ GEMM, two barriers later). Each part's staged values are
-// loaded one part ahead, so that no atomic waits for its load in the middle of the MMAs. Thread t
-// adds the tile's elements t, t + kThreads, ... (pass i: element i * kThreads + t): each atomic's
-// address is the thread's base plus a constant, and so is the staged element's. (With a runtime
-// row stride each row's 64-bit address took ~5 integer instructions per atomic.)
+// kParts parts that the next step issues between its S GEMM's k-slices (and its dP GEMM's, unless
+// the registers are short: kFlushDuringS), so that the loads and atomics overlap the tensor cores
+// instead of following the dQ GEMM (the stage is not written again before the next step's dQ
+// GEMM, two barriers later). Each part's staged values are loaded one part ahead, so that no
+// atomic waits for its load in the middle of the MMAs. Thread t adds the tile's elements t,
+// t + kThreads, ... (pass i: element i * kThreads + t): each atomic's address is the thread's base
+// plus a constant, and so is the staged element's. (With a runtime row stride each row's 64-bit
+// address took ~5 integer instructions per atomic.)
 // kStageLd: the stage's row pitch (floats).
 template <int kRows, int kCols, int kStageLd, int kThreads, int kParts>
 struct DqBlockFlush {
@@ -491,7 +491,9 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
   // GEMMs they spilled and gained half as much); with fewer the flush over both GEMMs stays 1-2%
   // faster (H100, 2026-11-23 (17)).
   constexpr bool kExpDuringDp = kDeferDq && (kFeatures & kBias) == 0;
-  constexpr bool kFlushDuringS = kExpDuringDp && kQueries * kKeys > 32 * Traits::kThreads;
+  constexpr int kScoresPerThread = kQueries * kKeys / Traits::kThreads;
+  constexpr int kMostScoresBesideFlush = 32;  // the most that fit beside the flush's buffer (measured)
+  constexpr bool kFlushDuringS = kExpDuringDp && kScoresPerThread > kMostScoresBesideFlush;
   constexpr int kFlushParts = kFlushDuringS ? kSlicesK : 2 * kSlicesK;
   using DqFlush = DqBlockFlush<kQueries, kHeadDim, Smem::kDqLd, Traits::kThreads, kFlushParts>;
   DqFlush pending(dq_stage, nullptr, 0, opaque_thread<Traits::kThreads>());
