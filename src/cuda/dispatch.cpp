@@ -409,7 +409,7 @@ Status choose_tail_split(const Row& k, const detail::Problem& p, const BwdParams
   if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
   const std::int64_t steps = (p.heads_q / p.heads_k) * ((p.seqlen_q + k.block_m - 1) / k.block_m);
   const TailSplit t = plan_tail_split(b.num_kv_blocks, resident, steps);
-  if (t.first + (b.num_kv_blocks - t.first) * t.parts <= 0x7fffffff) *split = t;
+  if (t.work_items(b.num_kv_blocks) <= kMaxGridCtas) *split = t;  // one item per CTA: the parts' wait needs it
   return Status::Ok();
 }
 
@@ -463,7 +463,7 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   if (Status s = choose_tail_split(k, p, b, &split); !s.ok()) return s;
   b.kv_split_first = split.first;
   b.kv_split_parts = split.parts;
-  b.kv_work_items = split.first + (b.num_kv_blocks - split.first) * split.parts;
+  b.kv_work_items = split.work_items(b.num_kv_blocks);
   // Workspace: delta, then (when needed) the dbias accumulator and the gradient accumulators of
   // the global-accumulator rows, each 256-byte aligned.
   constexpr std::size_t kAlign = 256;

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@
 namespace memattn::cuda {
 
 enum class Family { sm80, sm90 };
+
+// gridDim.x's limit: a launch with more work items has its CTAs stride over them.
+inline constexpr std::int64_t kMaxGridCtas = 0x7fffffff;
 enum class Accumulator { registers, global };  // where the output/gradient accumulators live
 enum class Math { mma, ffma };                  // tensor cores (mma.sync) or CUDA-core FMAs
 

@@ -19,6 +19,8 @@ namespace memattn::cuda {
 struct TailSplit {
   std::int64_t first;  // the first split tile (tiles before it run whole)
   int parts;           // CTAs per split tile (1: none)
+  // The work items (one CTA each) of `tiles` key tiles: the whole ones, then every part.
+  constexpr std::int64_t work_items(std::int64_t tiles) const { return first + (tiles - first) * parts; }
 };
 
 // Each part costs its share of the steps plus about kPartOverheadSteps (K and V loaded, the

@@ -35,7 +35,7 @@ Status launch_grid(Kernel kernel, int threads, int smem, std::int64_t work_items
                    cudaStream_t stream) {
   if (Status s = allow_dynamic_smem(kernel, smem); !s.ok()) return s;
   std::int64_t grid = cap > 0 ? std::min<std::int64_t>(cap, work_items) : work_items;
-  grid = std::min<std::int64_t>(grid, 0x7fffffff);
+  grid = std::min<std::int64_t>(grid, kMaxGridCtas);
   if (grid == 0) return Status::Ok();
   kernel<<<unsigned(grid), threads, smem, stream>>>(p);
   return cuda_status(cudaGetLastError(), "kernel launch");
@@ -65,7 +65,7 @@ template <class Kernel, class Params>
 Status launch_clusters(Kernel kernel, int threads, int smem, int cluster, std::int64_t work_items, const Params& p,
                        cudaStream_t stream) {
   if (Status s = allow_dynamic_smem(kernel, smem); !s.ok()) return s;
-  const std::int64_t clusters = std::min<std::int64_t>(work_items, 0x7fffffff / cluster);
+  const std::int64_t clusters = std::min<std::int64_t>(work_items, kMaxGridCtas / cluster);
   if (clusters == 0) return Status::Ok();
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeClusterDimension;
