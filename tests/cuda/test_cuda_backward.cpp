@@ -59,6 +59,12 @@ INSTANTIATE_TEST_SUITE_P(WideHeads, CudaBackward, ::testing::ValuesIn(wide_head_
 // the forced row does not fit (a bias whose rows are not 16-byte aligned).
 class CudaBackwardOnePass : public ::testing::TestWithParam<NamedCase> {};
 
+// Whether the build has the kernel-table row `name`.
+bool compiled(const std::string& name) {
+  const std::vector<KernelInfo> rows = list_kernels();
+  return std::any_of(rows.begin(), rows.end(), [&](const KernelInfo& k) { return k.name == name; });
+}
+
 std::string one_pass_row(const tools::ProblemSpec& s) {
   if (s.dropout.p > 0 || s.deterministic) return {};
   const int d = int(std::max(s.head_dim, s.head_dim_v));
@@ -109,10 +115,6 @@ TEST(CudaBackward, DropoutMaskMatchesTheMapping) {
 // `deterministic`.
 TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<KernelInfo> rows = list_kernels();
-  const auto compiled = [&](const char* name) {
-    return std::any_of(rows.begin(), rows.end(), [&](const KernelInfo& k) { return k.name == name; });
-  };
   if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain") || !compiled("bwd_sm80_bf16_d128_m64n64w4_vec_plain"))
     GTEST_SKIP() << "the build lacks the D = 128 rows";
   const auto one_pass = [](std::int64_t seqlen, bool causal, bool deterministic) {
@@ -144,9 +146,7 @@ TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
 // (sm80's 32 x 32 row, S and dP summed over head-dim slices) run their own layouts.
 TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<KernelInfo> rows = list_kernels();
-  if (std::none_of(rows.begin(), rows.end(),
-                   [](const KernelInfo& k) { return k.name == "bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain"; }))
+  if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain"))
     GTEST_SKIP() << "the build lacks the D = 128 one-pass row";
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
