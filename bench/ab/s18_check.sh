@@ -21,6 +21,7 @@ for run in "$N:MEMATTN_DQ_TICKETS=0" "$N:MEMATTN_ROTATE_STEPS=1" "$N:MEMATTN_DQ_
   B=${run%%:*} env=${run#*:}
   echo "== $B $env"
   echo "rows: $(env $env timeout 240 $B/tests/test_cuda_rows --gtest_filter='*bwd*' 2>&1 | summary)"
+  # d512_dv256 and d1000 fail with "does not fit" on the D <= 256 rows (expected, as in session 17)
   for row in $ROWS; do
     echo "$row: $(env $env timeout 150 scripts/forced_row_tests.sh $row "$(scripts/plain_cases.sh bwd bf16)" $B 2>&1 | summary)"
   done
