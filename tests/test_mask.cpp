@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/mask.hpp"
@@ -32,39 +33,39 @@ std::vector<Case> cases() {
   return out;
 }
 
-// [begin, end) of the indices in [lo, hi) where `pred` holds, and whether they are contiguous.
-template <class Pred>
-void span_of(std::int64_t lo, std::int64_t hi, Pred pred, std::int64_t* begin, std::int64_t* end, bool* contiguous) {
-  *begin = -1, *end = -1;
-  *contiguous = true;
-  for (std::int64_t x = lo; x < hi; ++x) {
-    if (!pred(x)) continue;
-    if (*begin < 0) *begin = x;
-    else if (*end != x) *contiguous = false;
-    *end = x + 1;
-  }
+std::string describe(const Case& c) {
+  return "q_len " + std::to_string(c.q_len) + " k_len " + std::to_string(c.k_len) + " window (" +
+         std::to_string(c.left) + ", " + std::to_string(c.right) + ") bottom_right " + std::to_string(c.bottom_right);
 }
 
-TEST(MaskRule, KeyRangeIsTheExactUnionOfTheRowsKeys) {
-  std::mt19937 rng(7);
+// For random spans [a0, a1) of rows (rows_to_keys) or of keys: the rule's range of what they
+// see (key_range) or of what sees them (query_range) against brute force over the other side,
+// which must also be one contiguous span.
+void expect_exact_ranges(bool rows_to_keys, unsigned seed) {
+  std::mt19937 rng(seed);
   for (const Case& c : cases()) {
     const MaskRule rule = MaskRule::make(c.q_len, c.k_len, c.left, c.right, c.bottom_right);
+    const std::int64_t from = rows_to_keys ? c.q_len : c.k_len, to = rows_to_keys ? c.k_len : c.q_len;
     for (int trial = 0; trial < 20; ++trial) {
-      const std::int64_t i0 = std::int64_t(rng() % c.q_len), i1 = i0 + 1 + std::int64_t(rng() % (c.q_len - i0));
-      std::int64_t want_begin, want_end, begin, end;
-      bool contiguous;
-      span_of(0, c.k_len, [&](std::int64_t j) {
-        for (std::int64_t i = i0; i < i1; ++i)
-          if (rule.visible(i, j)) return true;
-        return false;
-      }, &want_begin, &want_end, &contiguous);
-      rule.key_range(i0, i1, &begin, &end);
-      SCOPED_TRACE(testing::Message() << "q_len " << c.q_len << " k_len " << c.k_len << " window (" << c.left << ", "
-                                      << c.right << ") bottom_right " << c.bottom_right << " rows [" << i0 << ", "
-                                      << i1 << ")");
+      const std::int64_t a0 = std::int64_t(rng() % from), a1 = a0 + 1 + std::int64_t(rng() % (from - a0));
+      SCOPED_TRACE(describe(c) + (rows_to_keys ? " rows [" : " keys [") + std::to_string(a0) + ", " +
+                   std::to_string(a1) + ")");
+      std::int64_t want_begin = -1, want_end = -1;
+      bool contiguous = true;
+      for (std::int64_t x = 0; x < to; ++x) {
+        bool seen = false;
+        for (std::int64_t a = a0; a < a1 && !seen; ++a) seen = rows_to_keys ? rule.visible(a, x) : rule.visible(x, a);
+        if (!seen) continue;
+        if (want_begin < 0) want_begin = x;
+        else if (want_end != x) contiguous = false;
+        want_end = x + 1;
+      }
+      std::int64_t begin, end;
+      if (rows_to_keys) rule.key_range(a0, a1, &begin, &end);
+      else rule.query_range(a0, a1, c.q_len, &begin, &end);
       EXPECT_TRUE(contiguous);
       if (want_begin < 0) {
-        EXPECT_EQ(begin, end) << "no key visible: an empty range";
+        EXPECT_EQ(begin, end) << "nothing seen: an empty range";
       } else {
         EXPECT_EQ(begin, want_begin);
         EXPECT_EQ(end, want_end);
@@ -73,33 +74,9 @@ TEST(MaskRule, KeyRangeIsTheExactUnionOfTheRowsKeys) {
   }
 }
 
-TEST(MaskRule, QueryRangeIsTheExactUnionOfTheKeysRows) {
-  std::mt19937 rng(11);
-  for (const Case& c : cases()) {
-    const MaskRule rule = MaskRule::make(c.q_len, c.k_len, c.left, c.right, c.bottom_right);
-    for (int trial = 0; trial < 20; ++trial) {
-      const std::int64_t j0 = std::int64_t(rng() % c.k_len), j1 = j0 + 1 + std::int64_t(rng() % (c.k_len - j0));
-      std::int64_t want_begin, want_end, begin, end;
-      bool contiguous;
-      span_of(0, c.q_len, [&](std::int64_t i) {
-        for (std::int64_t j = j0; j < j1; ++j)
-          if (rule.visible(i, j)) return true;
-        return false;
-      }, &want_begin, &want_end, &contiguous);
-      rule.query_range(j0, j1, c.q_len, &begin, &end);
-      SCOPED_TRACE(testing::Message() << "q_len " << c.q_len << " k_len " << c.k_len << " window (" << c.left << ", "
-                                      << c.right << ") bottom_right " << c.bottom_right << " keys [" << j0 << ", "
-                                      << j1 << ")");
-      EXPECT_TRUE(contiguous);
-      if (want_begin < 0) {
-        EXPECT_EQ(begin, end) << "no row sees these keys: an empty range";
-      } else {
-        EXPECT_EQ(begin, want_begin);
-        EXPECT_EQ(end, want_end);
-      }
-    }
-  }
-}
+TEST(MaskRule, KeyRangeIsTheExactUnionOfTheRowsKeys) { expect_exact_ranges(true, 7); }
+
+TEST(MaskRule, QueryRangeIsTheExactUnionOfTheKeysRows) { expect_exact_ranges(false, 11); }
 
 // Tiles of rows and keys as the one-pass backward takes them: a key tile visits the query tiles
 // (multiples of kRows) that meet its query_range; a query tile counts as its visitors the key
@@ -116,9 +93,7 @@ TEST(MaskRule, QueryTilesAndKeyTilesAgreeOnWhoVisitsWhom) {
         std::int64_t k_begin, k_end;
         rule.key_range(m0, std::min(m0 + kRows, c.q_len), &k_begin, &k_end);
         const bool counted = k_end > k_begin && k_begin < n0 + kKeys && n0 < k_end;
-        EXPECT_EQ(visits, counted) << "q_len " << c.q_len << " k_len " << c.k_len << " window (" << c.left << ", "
-                                   << c.right << ") bottom_right " << c.bottom_right << " key tile " << n0
-                                   << " query tile " << m0;
+        EXPECT_EQ(visits, counted) << describe(c) << " key tile " << n0 << " query tile " << m0;
       }
     }
   }
