@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Session 18 (for the next GPU session): backward time (CLI, median of 30 calls, bwd_ms: delta,
 # the one-pass kernel and the dQ conversion) of main's build (BASE, bdcacb5 kernels) against
-# branch s18-dq-first-store's (NEW, 21502ee) with its switches off, the query loops rotated, the
+# branch s18-claims' (NEW, e153cb3) with its switches off, the query loops rotated, the
 # dQ workspace unzeroed (tickets), and both; the suite's shapes (D = 256 at S = 512 first: 3.2x
 # the seed).
-# FIN_BIN: the build with the in-kernel dQ conversion as well (MEMATTN_DQ_FINISH, a76c85e; its
+# FIN_BIN: the build with the in-kernel dQ conversion as well (MEMATTN_DQ_FINISH, b755983; its
 # code costs the D = 128 row 56 bytes of spills, hence a binary of its own).
 # Usage: [CFGS='D,H,B,S[,--causal] ...'] bench/ab/s18_ab.sh BASE_BIN NEW_BIN FIN_BIN [rounds]
 #   bench/ab/s18_ab.sh build-run/s18/bin/memattn build-run/s18b/bin/memattn build-run/s18f/bin/memattn

@@ -3,8 +3,9 @@
 # (MEMATTN_DQ_TICKETS=1: before its first step each CTA takes a ticket per query tile it will
 # visit, clears the tiles where it came first and waits for the flags of the others), the query
 # loops started at the diagonal (MEMATTN_ROTATE_STEPS=1), and dQ written by each tile's last CTA
-# (MEMATTN_DQ_FINISH=1), from branch s18-dq-first-store: build-run/s18b (21502ee: the first two)
-# and build-run/s18f (a76c85e: all three), tests and CLI, rows D = 64/128/256/512, bf16, sm_90.
+# (MEMATTN_DQ_FINISH=1): build-run/s18b (branch s18-claims, e153cb3: the first two) and
+# build-run/s18f (branch s18-dq-first-store, b755983: all three), tests and CLI, rows
+# D = 64/128/256/512, bf16, sm_90. A flag that never comes traps after ~1 s (no hang).
 #   PART=cases:    per variant (off, tickets + rotation, all three) the forced plain feature cases
 #                  (masks, unaligned bottom-right diagonals, windows, GQA, partial tiles; varlen
 #                  runs the zeroed path) against the reference; the row tests; with all three the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 18 (for the next GPU session): the suite's bf16 backward rows D = 64/128/256 (bench.py
 # rows 0-23, through the PyTorch op as the suite times them, seed/FA2/cuDNN beside) with branch
-# s18-dq-first-store's Python module (build-run/s18py, 3955307: its switches read by the C++ plan)
+# s18-dq-first-store's Python module (build-run/s18py, b755983: its switches read by the C++ plan)
 # and its switches off, then all on. The D = 256 S = 512 rows are where 4x the seed is asked.
 set -uo pipefail
 export PYTHONPATH=build-run/s18py/python:bench
