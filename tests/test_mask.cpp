@@ -33,6 +33,8 @@ std::vector<Case> cases() {
   return out;
 }
 
+MaskRule rule_of(const Case& c) { return MaskRule::make(c.q_len, c.k_len, c.left, c.right, c.bottom_right); }
+
 std::string describe(const Case& c) {
   return "q_len " + std::to_string(c.q_len) + " k_len " + std::to_string(c.k_len) + " window (" +
          std::to_string(c.left) + ", " + std::to_string(c.right) + ") bottom_right " + std::to_string(c.bottom_right);
@@ -44,7 +46,7 @@ std::string describe(const Case& c) {
 void expect_exact_ranges(bool rows_to_keys, unsigned seed) {
   std::mt19937 rng(seed);
   for (const Case& c : cases()) {
-    const MaskRule rule = MaskRule::make(c.q_len, c.k_len, c.left, c.right, c.bottom_right);
+    const MaskRule rule = rule_of(c);
     const std::int64_t from = rows_to_keys ? c.q_len : c.k_len, to = rows_to_keys ? c.k_len : c.q_len;
     for (int trial = 0; trial < 20; ++trial) {
       const std::int64_t a0 = std::int64_t(rng() % from), a1 = a0 + 1 + std::int64_t(rng() % (from - a0));
@@ -84,15 +86,19 @@ TEST(MaskRule, QueryRangeIsTheExactUnionOfTheKeysRows) { expect_exact_ranges(fal
 TEST(MaskRule, QueryTilesAndKeyTilesAgreeOnWhoVisitsWhom) {
   constexpr std::int64_t kRows = 16, kKeys = 32;
   for (const Case& c : cases()) {
-    const MaskRule rule = MaskRule::make(c.q_len, c.k_len, c.left, c.right, c.bottom_right);
+    const MaskRule rule = rule_of(c);
+    std::vector<std::int64_t> k_begin, k_end;  // each query tile's key range
+    for (std::int64_t m0 = 0; m0 < c.q_len; m0 += kRows) {
+      k_begin.push_back(0), k_end.push_back(0);
+      rule.key_range(m0, std::min(m0 + kRows, c.q_len), &k_begin.back(), &k_end.back());
+    }
     for (std::int64_t n0 = 0; n0 < c.k_len; n0 += kKeys) {
       std::int64_t q_begin, q_end;
       rule.query_range(n0, std::min(n0 + kKeys, c.k_len), c.q_len, &q_begin, &q_end);
       for (std::int64_t m0 = 0; m0 < c.q_len; m0 += kRows) {
         const bool visits = q_end > q_begin && q_begin < m0 + kRows && m0 < q_end;
-        std::int64_t k_begin, k_end;
-        rule.key_range(m0, std::min(m0 + kRows, c.q_len), &k_begin, &k_end);
-        const bool counted = k_end > k_begin && k_begin < n0 + kKeys && n0 < k_end;
+        const std::size_t m = std::size_t(m0 / kRows);
+        const bool counted = k_end[m] > k_begin[m] && k_begin[m] < n0 + kKeys && n0 < k_end[m];
         EXPECT_EQ(visits, counted) << describe(c) << " key tile " << n0 << " query tile " << m0;
       }
     }
@@ -100,11 +106,12 @@ TEST(MaskRule, QueryTilesAndKeyTilesAgreeOnWhoVisitsWhom) {
 }
 
 TEST(MaskRule, AVisibleTileHasNothingMasked) {
+  constexpr std::int64_t kTile = 16;
   for (const Case& c : cases()) {
-    const MaskRule rule = MaskRule::make(c.q_len, c.k_len, c.left, c.right, c.bottom_right);
-    for (std::int64_t i0 = 0; i0 < c.q_len; i0 += 16)
-      for (std::int64_t j0 = 0; j0 < c.k_len; j0 += 16) {
-        const std::int64_t i1 = std::min(i0 + 16, c.q_len), j1 = std::min(j0 + 16, c.k_len);
+    const MaskRule rule = rule_of(c);
+    for (std::int64_t i0 = 0; i0 < c.q_len; i0 += kTile)
+      for (std::int64_t j0 = 0; j0 < c.k_len; j0 += kTile) {
+        const std::int64_t i1 = std::min(i0 + kTile, c.q_len), j1 = std::min(j0 + kTile, c.k_len);
         if (!rule.tile_visible(i0, i1, j0, j1)) continue;
         for (std::int64_t i = i0; i < i1; ++i)
           for (std::int64_t j = j0; j < j1; ++j) ASSERT_TRUE(rule.visible(i, j)) << i << ", " << j;
