@@ -170,9 +170,12 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     CUTE_UNROLL
     for (int r = 0; r < kRowsS; ++r) {
       const int row = get<0>(c_rc(r, 0));
-      float new_max = row_max[r];
+      float row_tile_max = -INFINITY;  // over both key halves
       CUTE_UNROLL
-      for (int half = 0; half < Traits::kWarpsSKeys; ++half) new_max = fmaxf(new_max, max_part[half * kBlockM + row]);
+      for (int half = 0; half < Traits::kWarpsSKeys; ++half)
+        row_tile_max = fmaxf(row_tile_max, max_part[half * kBlockM + row]);
+      // The same in both key halves' warps and in both CTAs of a pair (the same sums).
+      const float new_max = settled_max(row_max[r], row_tile_max);
       // A row that has seen nothing visible keeps max -inf: exponentiate against 0 so that its
       // probabilities are exp2(-inf) = 0, and leave its accumulator alone.
       const bool empty = new_max == -INFINITY;

@@ -18,6 +18,22 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// How far (in log2 units) a row's scores may rise above the running maximum they are taken
+// against before the maximum moves. Below it, a tile's probabilities are computed against the old
+// maximum (at most 2^8 = 256: exact in the PV GEMM's bf16/fp16 operands, far inside fp32 for the
+// sums) and the output accumulator keeps its scale; the LSE adds the maximum actually used, so
+// the result is the same up to rounding. Random scores' maxima settle within the first tiles, and
+// after that no tile moves one, whereas with an exact running maximum a warp of the wide rows
+// (which holds all 64 rows of its output columns) rescaled at nearly every tile: a multiply per
+// accumulator element, about a fifth of that loop's instructions.
+inline constexpr float kMaxRiseLog2 = 8.0f;
+
+// The maximum a row takes a tile against: `running` unless the tile's own exceeds it by more than
+// kMaxRiseLog2. A row that has seen nothing (-inf) takes any finite one.
+__device__ __forceinline__ float settled_max(float running, float tile_max) {
+  return tile_max > running + kMaxRiseLog2 ? tile_max : running;
+}
+
 template <int kRowThreads>
 __device__ __forceinline__ float row_max_all(float x) {
   CUTE_UNROLL
@@ -46,8 +62,9 @@ struct OnlineSoftmax {
   }
 
   // scores: (rows, cols) view of one tile of scores that `scale` (> 0) takes to the log2 domain
-  // (-inf where masked); becomes the probabilities relative to the running max. rescale[r]: the
-  // factor the output accumulator's row r must be multiplied by because its max moved. With the
+  // (-inf where masked); becomes the probabilities relative to the running max (settled_max).
+  // rescale[r]: the factor the output accumulator's row r must be multiplied by because its max
+  // moved (exactly 1 when it did not: ex2(0) = 1). With the
   // scale here, each score costs one FFMA before its exp2 instead of an FMUL and an FADD.
   template <class Scores>
   __device__ __forceinline__ void update(Scores& scores, float (&rescale)[kRows], float scale = 1.0f) {
@@ -56,7 +73,7 @@ struct OnlineSoftmax {
       float tile_max = -INFINITY;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
-      const float new_max = fmaxf(row_max[r], row_max_all<kRowThreads>(tile_max) * scale);
+      const float new_max = settled_max(row_max[r], row_max_all<kRowThreads>(tile_max) * scale);
       // A row that has seen nothing visible keeps max -inf: exponentiate against 0 so that its
       // probabilities are exp2(-inf) = 0, and leave its accumulator alone.
       const bool empty = new_max == -INFINITY;
@@ -89,10 +106,10 @@ struct OnlineSoftmax {
       for (int c = 0; c < size<1>(acc); ++c) acc(r, c) *= factor[r];
   }
 
-  // scale_rows with the running maxima's rescale factors. Once the maxima settle, most tiles move
-  // no row's max in the whole warp: those skip it (a multiply per accumulator element, about a
-  // tenth of the forward's key-loop instructions at D = 128). Every lane of the warp must call
-  // this (the vote).
+  // scale_rows with the running maxima's rescale factors. Once the maxima settle (settled_max),
+  // tiles move no row's max in the whole warp: those skip it (a multiply per accumulator element,
+  // about a tenth of the forward's key-loop instructions at D = 128). Every lane of the warp must
+  // call this (the vote).
   template <class Acc>
   __device__ __forceinline__ static void rescale_if_moved(Acc& acc, const float (&factor)[kRows]) {
     bool moved = false;
