@@ -3,6 +3,9 @@
 // dense bias whose offsets pass 2^31 (a 2^31-element bias, 4.3 GB). Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+
 #include "memattn/attention.hpp"
 #include "support/cases.hpp"
 #include "support/check.hpp"
@@ -36,6 +39,30 @@ TEST(CudaForwardSizes, BatchTimesHeadsAbove65535) {
   s.dtype = DType::bf16;
   s.backend = Backend::cuda;
   check_case(s, {false});
+}
+
+// Scores with a spread of ~23 (log2 units) per row: tiles after the first raise a row's maximum
+// by more than softmax.hpp's kMaxRiseLog2 again and again, so the maximum moves mid-row (and the
+// output is rescaled) instead of settling, in the register rows (D = 32), the wide rows (D = 512)
+// and the pair (D = 1000, sm_90); causal bottom-right too, whose first tiles are partly masked.
+TEST(CudaForwardSoftmax, MaximumMovesMidRow) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::int64_t d : {32, 512, 1000}) {
+    for (const bool causal : {false, true}) {
+      tools::ProblemSpec s;
+      s.batch = 1;
+      s.heads_q = s.heads_k = 2;
+      s.seqlen_q = 70;
+      s.seqlen_k = 333;  // five key tiles of 64 and a partial one
+      s.head_dim = s.head_dim_v = d;
+      s.scale = 16.0 / std::sqrt(double(d));  // scores spread ~16 natural units, ~23 in log2
+      if (causal) s.mask = Mask::causal(Alignment::bottom_right);
+      s.dtype = DType::bf16;
+      s.backend = Backend::cuda;
+      SCOPED_TRACE("D = " + std::to_string(d) + (causal ? ", causal" : ""));
+      check_case(s, {false});
+    }
+  }
 }
 
 TEST(CudaForwardSizes, LongSequenceWithDenseBiasNeedsInt64Offsets) {
