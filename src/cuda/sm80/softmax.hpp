@@ -20,8 +20,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 // How far (in log2 units) a row's scores may rise above the running maximum they are taken
 // against before the maximum moves. Below it, a tile's probabilities are computed against the old
-// maximum (at most 2^8 = 256: exact in the PV GEMM's bf16/fp16 operands, far inside fp32 for the
-// sums) and the output accumulator keeps its scale; the LSE adds the maximum actually used, so
+// maximum (at most 2^8 = 256: bf16 and fp16 keep their relative precision there as the PV GEMM's
+// operands, and fp32's sums are far inside their range) and the output accumulator keeps its scale; the LSE adds the maximum actually used, so
 // the result is the same up to rounding. Random scores' maxima settle within the first tiles, and
 // after that no tile moves one, whereas with an exact running maximum a warp of the wide rows
 // (which holds all 64 rows of its output columns) rescaled at nearly every tile: a multiply per
@@ -64,8 +64,8 @@ struct OnlineSoftmax {
   // scores: (rows, cols) view of one tile of scores that `scale` (> 0) takes to the log2 domain
   // (-inf where masked); becomes the probabilities relative to the running max (settled_max).
   // rescale[r]: the factor the output accumulator's row r must be multiplied by because its max
-  // moved (exactly 1 when it did not: ex2(0) = 1). With the
-  // scale here, each score costs one FFMA before its exp2 instead of an FMUL and an FADD.
+  // moved (exactly 1 when it did not: ex2(0) = 1). With the scale here, each score costs one FFMA
+  // before its exp2 instead of an FMUL and an FADD.
   template <class Scores>
   __device__ __forceinline__ void update(Scores& scores, float (&rescale)[kRows], float scale = 1.0f) {
     CUTE_UNROLL
