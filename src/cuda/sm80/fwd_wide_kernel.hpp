@@ -175,21 +175,15 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
       for (int half = 0; half < Traits::kWarpsSKeys; ++half)
         row_tile_max = fmaxf(row_tile_max, max_part[half * kBlockM + row]);
       // The same in both key halves' warps and in both CTAs of a pair (the same sums).
-      const float new_max = settled_max(row_max[r], row_tile_max);
-      // A row that has seen nothing visible keeps max -inf: exponentiate against 0 so that its
-      // probabilities are exp2(-inf) = 0, and leave its accumulator alone.
-      const bool empty = new_max == -INFINITY;
-      const float shift = empty ? 0.0f : new_max;
-      const float rescale = empty ? 1.0f : fast_exp2(row_max[r] - new_max);
-      row_max[r] = new_max;
+      const RowMaxMove move = move_row_max(row_max[r], row_tile_max);
       float sum = 0.0f;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(s_rc); ++c) {
-        s_rc(r, c) = fast_exp2(s_rc(r, c) - shift);
+        s_rc(r, c) = fast_exp2(s_rc(r, c) - move.shift);
         sum += s_rc(r, c);
       }
-      row_sum[r] = row_sum[r] * rescale + sum;
-      if (warp_key_half == 0 && t % 4 == 0) rescale_row[row] = rescale;
+      row_sum[r] = row_sum[r] * move.rescale + sum;
+      if (warp_key_half == 0 && t % 4 == 0) rescale_row[row] = move.rescale;
     }
     auto p_store = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma_s);
     auto p_store_thr = p_store.get_thread_slice(t);

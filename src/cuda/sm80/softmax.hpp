@@ -21,8 +21,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // How far (in log2 units) a row's scores may rise above the running maximum they are taken
 // against before the maximum moves. Below it, a tile's probabilities are computed against the old
 // maximum (at most 2^8 = 256: bf16 and fp16 keep their relative precision there as the PV GEMM's
-// operands, and fp32's sums are far inside their range) and the output accumulator keeps its scale; the LSE adds the maximum actually used, so
-// the result is the same up to rounding. Random scores' maxima settle within the first tiles, and
+// operands, and fp32's sums are far inside their range) and the output accumulator keeps its
+// scale; the LSE adds the maximum actually used, so the result is the same up to rounding. Random scores' maxima settle within the first tiles, and
 // after that no tile moves one, whereas with an exact running maximum a warp of the wide rows
 // (which holds all 64 rows of its output columns) rescaled at nearly every tile: a multiply per
 // accumulator element, about a fifth of that loop's instructions.
@@ -32,6 +32,21 @@ inline constexpr float kMaxRiseLog2 = 8.0f;
 // kMaxRiseLog2. A row that has seen nothing (-inf) takes any finite one.
 __device__ __forceinline__ float settled_max(float running, float tile_max) {
   return tile_max > running + kMaxRiseLog2 ? tile_max : running;
+}
+
+// A row's running maximum after a tile whose own maximum is `tile_max` (log2 units).
+struct RowMaxMove {
+  float shift;    // what the tile's scores are exponentiated against
+  float rescale;  // the factor the row's sum and output accumulator take (exactly 1 if it did not move)
+};
+__device__ __forceinline__ RowMaxMove move_row_max(float& row_max, float tile_max) {
+  const float new_max = settled_max(row_max, tile_max);
+  // A row that has seen nothing visible keeps max -inf: exponentiate against 0 so that its
+  // probabilities are exp2(-inf) = 0, and leave its accumulator alone.
+  const bool empty = new_max == -INFINITY;
+  const RowMaxMove move{empty ? 0.0f : new_max, empty ? 1.0f : fast_exp2(row_max - new_max)};
+  row_max = new_max;
+  return move;
 }
 
 template <int kRowThreads>
@@ -62,10 +77,10 @@ struct OnlineSoftmax {
   }
 
   // scores: (rows, cols) view of one tile of scores that `scale` (> 0) takes to the log2 domain
-  // (-inf where masked); becomes the probabilities relative to the running max (settled_max).
+  // (-inf where masked); becomes the probabilities relative to the running max (move_row_max).
   // rescale[r]: the factor the output accumulator's row r must be multiplied by because its max
-  // moved (exactly 1 when it did not: ex2(0) = 1). With the scale here, each score costs one FFMA
-  // before its exp2 instead of an FMUL and an FADD.
+  // moved. With the scale here, each score costs one FFMA before its exp2 instead of an FMUL and
+  // an FADD.
   template <class Scores>
   __device__ __forceinline__ void update(Scores& scores, float (&rescale)[kRows], float scale = 1.0f) {
     CUTE_UNROLL
@@ -73,17 +88,12 @@ struct OnlineSoftmax {
       float tile_max = -INFINITY;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
-      const float new_max = settled_max(row_max[r], row_max_all<kRowThreads>(tile_max) * scale);
-      // A row that has seen nothing visible keeps max -inf: exponentiate against 0 so that its
-      // probabilities are exp2(-inf) = 0, and leave its accumulator alone.
-      const bool empty = new_max == -INFINITY;
-      const float shift = empty ? 0.0f : new_max;
-      rescale[r] = empty ? 1.0f : fast_exp2(row_max[r] - new_max);
-      row_max[r] = new_max;
+      const RowMaxMove move = move_row_max(row_max[r], row_max_all<kRowThreads>(tile_max) * scale);
+      rescale[r] = move.rescale;
       float sum = 0.0f;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) {
-        scores(r, c) = fast_exp2(fmaf(scores(r, c), scale, -shift));
+        scores(r, c) = fast_exp2(fmaf(scores(r, c), scale, -move.shift));
         sum += scores(r, c);
       }
       row_sum[r] = row_sum[r] * rescale[r] + sum;
