@@ -660,7 +660,9 @@ const char* to_string(Accumulator accumulator) {
   return accumulator == Accumulator::registers ? "registers" : "global";
 }
 
-const char* to_string(Math math) { return math == Math::mma ? "tensor cores" : "FFMA"; }
+const char* to_string(Math math) {
+  return math == Math::mma ? "tensor cores" : math == Math::wgmma ? "tensor cores (wgmma)" : "FFMA";
+}
 
 template <class Params>
 std::string describe(const KernelRow<Params>& k) {

@@ -18,7 +18,7 @@ namespace memattn::cuda {
 
 enum class Family { sm80, sm90 };
 enum class Accumulator { registers, global };  // where the output/gradient accumulators live
-enum class Math { mma, ffma };                  // tensor cores (mma.sync) or CUDA-core FMAs
+enum class Math { mma, wgmma, ffma };  // tensor cores (mma.sync, or sm_90a's wgmma) or CUDA-core FMAs
 
 // gridDim.x's limit: a launch with more work items has its CTAs stride over them.
 inline constexpr std::int64_t kMaxGridCtas = 0x7fffffff;

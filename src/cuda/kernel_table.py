@@ -88,6 +88,14 @@ SM80_WIDE_TILES = {512: (64, 64, 8)}
 # D = 1024 S = 4096 130 -> 218, causal 86 -> 216; D = 768 S = 2048 131 -> 188; D = 640 S = 2048
 # 125 -> 148 (a sixth of the columns padding).
 SM90_WIDE_SPLIT_TILES = {768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
+# The same wide rows with both GEMMs on sm_90a's wgmma (sm90/wide_gemms.hpp): bucket -> (queries,
+# keys, warps, CTAs). Each warpgroup takes half of S's keys and half of O's head dim and the tensor
+# cores read Q, K, P and V from shared memory, where mma.sync's warps copy them into registers
+# first (S's 16 x 32 warp tiles read ~11 FLOP per shared-memory byte). Chosen before the mma.sync
+# rows on sm_90. H100, bf16, CLI fwd_ms against the mma.sync rows (2026-11-23 (20)): D = 512
+# S = 4096 2.20 -> 1.55 ms (1.42x), causal 1.43x; D = 1024 1.41-1.44x, causal 1.39-1.43x; D = 768
+# S = 2048 1.37-1.40x; partly filled buckets (D = 448, 640, 896) 1.31-1.42x.
+SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200, 2026-11-22); 128 queries gained nothing.
@@ -207,7 +215,7 @@ class Row:
     bias: bool
     dropout: bool
     variant: int = 0  # 0: the bucket's default tile; 1, 2, ...: SM80_EXTRA_TILES
-    math: str = "mma"  # "mma" (tensor cores) or "ffma" (CUDA cores)
+    math: str = "mma"  # "mma" (tensor cores, mma.sync), "wgmma" (sm_90a's warpgroup MMA) or "ffma" (CUDA cores)
     experimental: bool = False  # not yet verified on a GPU: chosen only when forced (MEMATTN_KERNEL)
     atomics: bool = False  # backward: dQ added with fp32 atomics by the dK/dV kernel (not deterministic)
     bias_tile: bool = False  # bias through a shared-memory tile (needs an aligned, unit-stride bias)
@@ -226,7 +234,7 @@ class Row:
     def name(self):
         loads = "vec" if self.loads == "vector16" else "elem"
         acc = "" if self.accumulator == "registers" else "_gacc"
-        math = "_ffma" if self.math == "ffma" else ""
+        math = "" if self.math == "mma" else f"_{self.math}"
         split = f"x{self.head_split}" if self.head_split > 1 else ""
         atomics = f"_fused{split}" if self.fused else "_atomic" if self.atomics else ""
         bias_tile = "_btile" if self.bias_tile else ""
@@ -243,7 +251,7 @@ class Row:
         # (the dispatcher passes over it when the bias cannot be tiled).
         feature_rank = {"plain": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
         return (self.experimental, self.accumulator != "registers", self.head_dim, -self.family,
-                self.loads != "vector16", self.math != "mma", feature_rank, not self.fused, self.atomics, not self.bias_tile,
+                self.loads != "vector16", {"wgmma": 0, "mma": 1, "ffma": 2}[self.math], feature_rank, not self.fused, self.atomics, not self.bias_tile,
                 self.variant)
 
 
@@ -277,6 +285,9 @@ def all_rows():
         for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_SPLIT_TILES.items():
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             wide=True, head_split=ctas))
+        for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_WGMMA_TILES.items():
+            rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
+                            math="wgmma", wide=True, head_split=ctas))
         bm, bn, warps, _ = SM80_GLOBAL_TILE
         for loads in ("vector16", "element"):
             rows.append(Row(80, "fwd", dtype, GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True))
@@ -386,9 +397,10 @@ def template_args(r):
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
         return f"{dq}, {dkdv}, {features}"
     if r.wide:
-        split = f", {r.head_split}" if r.head_split > 1 else ""
+        math = ", sm80::WideMath::wgmma" if r.math == "wgmma" else ""
+        split = f", {r.head_split}" if r.head_split > 1 or math else ""
         traits = (f"sm80::WideFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
-                  f"{r.block_n}, {r.warps}{split}>")
+                  f"{r.block_n}, {r.warps}{split}{math}>")
     elif r.dtype == "fp32":
         traits = f"sm80::Fp32FwdTraits<{FP32_BUCKETS[r.head_dim]}>"
     elif r.accumulator == "global":

@@ -4,9 +4,28 @@
 
 #include <cute/tensor.hpp>
 
+#include <cstdint>
+#include <type_traits>
+
 namespace memattn::cuda::sm80 {
 
 using namespace cute;
+
+// Zeroes one copy unit. A 16-byte unit in shared memory is one 16-byte shared store (the copy
+// atom moves it whole, so its bytes are contiguous and aligned): cute's clear writes element by
+// element, and through a swizzled-pointer tensor (the wgmma rows' tiles) each element became a
+// generic store with its own swizzle arithmetic, ~440 stores in the D = 768 wgmma row.
+template <class Unit>
+__device__ __forceinline__ void clear_unit(Unit&& unit) {
+  using U = std::decay_t<Unit>;
+  constexpr int kBytes = int(decltype(size(unit))::value) * int(sizeof(typename U::value_type));
+  if constexpr (kBytes == 16 && is_smem<typename U::iterator>::value) {
+    const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(&unit(0)));
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(address), "r"(0) : "memory");
+  } else {
+    clear(unit);
+  }
+}
 
 // Copies a partitioned tile (CPY, CPY_M, CPY_K) from src to dst where its coordinates (an identity
 // tensor partitioned the same way) are inside [0, rows) x [0, cols); elsewhere dst is zeroed, so
@@ -29,7 +48,7 @@ __device__ __forceinline__ void copy_predicated(const TiledCopy& tiled_copy, con
     CUTE_UNROLL
     for (int k = 0; k < size<2>(dst); ++k) {
       if (row_ok && get<1>(coord(0, m, k)) < cols) copy(tiled_copy, src(_, m, k), dst(_, m, k));
-      else clear(dst(_, m, k));
+      else clear_unit(dst(_, m, k));
     }
   }
 }
@@ -49,12 +68,21 @@ __device__ __forceinline__ void store_predicated(const TiledCopy& tiled_copy, co
 
 // Accumulator layout ((2, 2), MMA_M, MMA_N) of an m16n8 fragment seen as (rows, cols):
 // value v of an atom sits at row half v / 2 and column v % 2, so rows = (v / 2, MMA_M) and
-// cols = (v % 2, MMA_N). Every thread then holds 2 * MMA_M rows of 2 * MMA_N columns.
+// cols = (v % 2, MMA_N). Every thread then holds 2 * MMA_M rows of 2 * MMA_N columns. A wgmma
+// (sm_90) 64 x N fragment is ((2, 2, N / 8), MMA_M, MMA_N): the same two rows of a quad, with
+// N / 8 column pairs, so cols = (2, N / 8, MMA_N).
 template <class Layout>
 __device__ __forceinline__ constexpr auto rowcol_layout(Layout acc) {
-  static_assert(decltype(size<0>(acc))::value == 4 && decltype(rank(acc))::value == 3);
-  auto split = logical_divide(acc, Shape<_2>{});  // ((col 2, row 2), MMA_M, MMA_N)
-  return make_layout(make_layout(get<0, 1>(split), get<1>(split)), make_layout(get<0, 0>(split), get<2>(split)));
+  static_assert(decltype(rank(acc))::value == 3);
+  if constexpr (decltype(rank<0>(acc))::value == 3) {
+    static_assert(decltype(size<0, 0>(acc))::value == 2 && decltype(size<0, 1>(acc))::value == 2);
+    return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),
+                       make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)));
+  } else {
+    static_assert(decltype(size<0>(acc))::value == 4);
+    auto split = logical_divide(acc, Shape<_2>{});  // ((col 2, row 2), MMA_M, MMA_N)
+    return make_layout(make_layout(get<0, 1>(split), get<1>(split)), make_layout(get<0, 0>(split), get<2>(split)));
+  }
 }
 
 template <class Tensor>

@@ -117,8 +117,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     CUTE_UNROLL
     for (int r = 0; r < kRowsO; ++r) factor[r] = rescale_row[get<0>(co_rc(r, 0))];
     OnlineSoftmax<kRowsO>::rescale_if_moved(acc_o_rc, factor);
-    gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtomTransposed>(mma_o, sP, sVt, acc_o,
-                                                                                                t);
+    Traits::Gemms::output(mma_o, sP, sVt, acc_o, t);
   };
 
   // Tile n's scores overlap tile n + 1's P V: S(n) = Q K(n)^T, then P(n + 1) V(n + 1), then S(n)'s
@@ -129,13 +128,15 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     const int t = opaque_thread<Traits::kThreads>();
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
     cp_async_wait<1>();
+    Traits::Gemms::publish_smem_writes();  // K(n), and P(n + 1) stored at the end of the last pass
     __syncthreads();  // K(n) landed; everyone is done with the row maxima of tile n + 1
 
     Tensor acc_s = partition_fragment_C(mma_s, tile_s);
     clear(acc_s);
-    gemm_smem_2slice<typename Traits::SmemToRegAtom, typename Traits::SmemToRegAtom>(mma_s, sQ, sK, acc_s, t);
+    Traits::Gemms::scores(mma_s, sQ, sK, acc_s, t);
     if constexpr (kPair) sm90::send_pair_partials<Traits::kThreads>(pair_slots, rank ^ 1, exchanges, acc_s);
     cp_async_wait<0>();
+    Traits::Gemms::publish_smem_writes();
     __syncthreads();  // V(n + 1) landed; everyone is done with K(n)
     if (n > n_first) {
       load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, qk_cols);
@@ -164,6 +165,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
       tile_max[r] = row_max_all<4>(m);
       if (t % 4 == 0) max_part[warp_key_half * kBlockM + get<0>(c_rc(r, 0))] = tile_max[r];
     }
+    Traits::Gemms::output_done(acc_o);  // P(n + 1) V(n + 1), in flight on wgmma since accumulate_pv
     __syncthreads();  // both halves' maxima are in; everyone is done with P, V and the rescale factors of tile n + 1
     load_kv(v_ptr, p.v_row_stride, smem_v, n, v_cols);
     cp_async_fence();
@@ -190,8 +192,10 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
     copy(p_store, p_store_thr.retile_S(convert_fragment<Element>(acc_s)), p_store_thr.partition_D(sP));
   }
   cp_async_wait<0>();
+  Traits::Gemms::publish_smem_writes();
   __syncthreads();  // the last tile's V, P and rescale factors are in
   accumulate_pv(opaque_thread<Traits::kThreads>());
+  Traits::Gemms::output_done(acc_o);
 
   // Epilogue: each row's sum from both key halves, LSE, O normalised and written through shared
   // memory (Q's space).

@@ -13,6 +13,11 @@
 // K and V, and its half of the output columns. The two partial S tiles are added through
 // distributed shared memory (kExchangeOffset), so that the head dim costs no extra FLOPs and each
 // CTA's K/V traffic per FLOP is the D = 512 row's.
+//
+// kMath picks the tensor-core instructions of both GEMMs: mma.sync with ldmatrix operands
+// (WideMmaSyncGemms, below), or sm_90a's wgmma reading both operands from shared memory
+// (sm90::WideGmmaGemms: family-90 rows). Either gives the same accumulator rows per thread, so
+// the kernel's softmax, masking and exchange are shared.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -21,13 +26,52 @@
 #include <type_traits>
 
 #include "cuda/sm80/fwd_traits.hpp"
+#include "cuda/sm80/fragments.hpp"
 #include "cuda/sm80/swizzled_tiles.hpp"
+#include "cuda/sm90/wide_gemms.hpp"
 
 namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1>
+enum class WideMath { mma_sync, wgmma };
+
+// The wide forward's GEMMs on mma.sync: S on a 4 x 2 warp grid (16 query rows by 32 keys each,
+// reducing over the whole head dim), O with every warp on all rows of its kHeadDim / kWarps
+// columns; operands through ldmatrix, two k16 slices in flight (gemm_smem_2slice).
+template <class Element, int kBlockM, int kBlockN, int kHeadDim, int kWarps, class Tiles>
+struct WideMmaSyncGemms {
+  static constexpr int kWarpsSRows = 4, kWarpsSKeys = kWarps / kWarpsSRows;
+  // Each warp's share of an MMA step is 16 wide along N, so that ldmatrix x4 loads its B operand.
+  static_assert(kWarps == 8 && kBlockM == 16 * kWarpsSRows && kBlockN % (16 * kWarpsSKeys) == 0);
+  static_assert(kHeadDim % (16 * kWarps) == 0);
+  using MmaOp = typename Tiles::MmaOp;
+  using MmaS = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<Int<kWarpsSRows>, Int<kWarpsSKeys>, _1>>,
+                        Tile<Int<16 * kWarpsSRows>, Int<16 * kWarpsSKeys>, _16>>;
+  using MmaO = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<_1, Int<kWarps>, _1>>, Tile<_16, Int<16 * kWarps>, _16>>;
+
+  template <int kRows, int kCols>
+  using RowMajorTile = typename Tiles::template RowMajorTile<kRows, kCols>;
+  using SmemLayoutQ = RowMajorTile<kBlockM, kHeadDim>;
+  using SmemLayoutKV = RowMajorTile<kBlockN, kHeadDim>;
+  using SmemLayoutVt = typename Tiles::template Transposed<SmemLayoutKV, kHeadDim, kBlockN>;  // V as P V's B operand
+  using SmemLayoutP = RowMajorTile<kBlockM, kBlockN>;
+
+  template <class SmemQ, class SmemK, class Acc>
+  __device__ __forceinline__ static void scores(const MmaS& mma, const SmemQ& sQ, const SmemK& sK, Acc& acc, int tid) {
+    gemm_smem_2slice<typename Tiles::SmemToRegAtom, typename Tiles::SmemToRegAtom>(mma, sQ, sK, acc, tid);
+  }
+  template <class SmemP, class SmemVt, class Acc>
+  __device__ __forceinline__ static void output(const MmaO& mma, const SmemP& sP, const SmemVt& sVt, Acc& acc, int tid) {
+    gemm_smem_2slice<typename Tiles::SmemToRegAtom, typename Tiles::SmemToRegAtomTransposed>(mma, sP, sVt, acc, tid);
+  }
+  template <class Acc>
+  __device__ __forceinline__ static void output_done(Acc&) {}  // output() returns with the MMAs issued in order
+  __device__ __forceinline__ static void publish_smem_writes() {}  // ldmatrix reads what the barrier published
+};
+
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1,
+          WideMath kMath = WideMath::mma_sync>
 struct WideFwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;  // per CTA: D and Dv both padded to kHeadDim * kHeadSplit
@@ -39,26 +83,22 @@ struct WideFwdTraits {
   static constexpr Loads kLoads = Loads::vector16;
   using Tiles = SwizzledTiles<Element, kThreads>;
 
-  // S: 4 warps along the queries (16 rows each), 2 along the keys; O: every warp all kBlockM rows.
+  // S: 4 warps (16 rows each) along the queries, kWarpsSKeys groups along the keys; O: every warp
+  // all kBlockM rows (mma.sync), or every warpgroup all rows of half the head dim (wgmma).
   static constexpr int kWarpsSRows = 4, kWarpsSKeys = kWarps / kWarpsSRows;
-  // Each warp's share of an MMA step is 16 wide along N, so that ldmatrix x4 loads its B operand.
-  static_assert(kWarps == 8 && kBlockM == 16 * kWarpsSRows && kBlockN % (16 * kWarpsSKeys) == 0);
-  static_assert(kHeadDim % (16 * kWarps) == 0 && kHeadDim % 64 == 0);
-  using MmaOp = typename Tiles::MmaOp;
-  using MmaS = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<Int<kWarpsSRows>, Int<kWarpsSKeys>, _1>>,
-                        Tile<Int<16 * kWarpsSRows>, Int<16 * kWarpsSKeys>, _16>>;
-  using MmaO = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<_1, Int<kWarps>, _1>>, Tile<_16, Int<16 * kWarps>, _16>>;
+  static_assert(kWarps == 8 && kHeadDim % 64 == 0);
+  using Gemms = std::conditional_t<kMath == WideMath::wgmma, sm90::WideGmmaGemms<Element, kBlockM, kBlockN, kHeadDim>,
+                                   WideMmaSyncGemms<Element, kBlockM, kBlockN, kHeadDim, kWarps, Tiles>>;
+  using MmaS = typename Gemms::MmaS;
+  using MmaO = typename Gemms::MmaO;
 
-  // Shared memory (SwizzledTiles: no bank conflicts for ldmatrix, ldmatrix.trans or cp.async).
-  template <int kRows, int kCols>
-  using RowMajorTile = typename Tiles::template RowMajorTile<kRows, kCols>;
-  using SmemLayoutQ = RowMajorTile<kBlockM, kHeadDim>;
-  using SmemLayoutKV = RowMajorTile<kBlockN, kHeadDim>;
-  using SmemLayoutVt = typename Tiles::template Transposed<SmemLayoutKV, kHeadDim, kBlockN>;  // V as P V's B operand
-  using SmemLayoutP = RowMajorTile<kBlockM, kBlockN>;
+  // Shared memory: no bank conflicts for ldmatrix, ldmatrix.trans or cp.async; wgmma's canonical
+  // layouts for the wgmma rows.
+  using SmemLayoutQ = typename Gemms::SmemLayoutQ;
+  using SmemLayoutKV = typename Gemms::SmemLayoutKV;
+  using SmemLayoutVt = typename Gemms::SmemLayoutVt;
+  using SmemLayoutP = typename Gemms::SmemLayoutP;
 
-  using SmemToRegAtom = typename Tiles::SmemToRegAtom;
-  using SmemToRegAtomTransposed = typename Tiles::SmemToRegAtomTransposed;
   using RegToSmemAtom = typename Tiles::RegToSmemAtom;  // P and O, two neighbouring columns per store
   using LoadCopy = typename Tiles::LoadCopy;
   using StoreCopy = typename Tiles::StoreCopy;
