@@ -10,7 +10,9 @@
 // then every warp rescales its output columns and adds P V, one tile later: the loop runs
 // S(n), P(n + 1) V(n + 1), softmax(n). K and V have one buffer each: K(n - 1) loads during
 // P(n + 1) V(n + 1) and the softmax, V(n) during S(n - 1). Plain problems only (no bias, no
-// dropout: those take the global-accumulator rows).
+// dropout: those take the global-accumulator rows). The GEMMs are the traits' (Traits::Gemms):
+// mma.sync through ldmatrix, or wgmma from shared memory on sm_90a, whose P V stays in flight
+// until output_done, beside the next scores' exchange, masking and row maxima.
 #pragma once
 
 #include <cute/tensor.hpp>
