@@ -185,6 +185,12 @@ SM80_BACKWARD_FUSED_BIAS_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048}
 # S = 4096 146 vs 131, causal 138 vs 127; D = 896 S = 2048 120 vs 111; D = 640 90 vs 84 (the
 # earlier pair was itself 2.6x the gacc row: 132 vs 51).
 SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (64, 64, 8, 4)}
+# One-pass rows with all five GEMMs on sm_90a's wgmma (sm90/one_pass_gemms.hpp): bucket ->
+# (queries, keys, warps). The two warpgroups split each GEMM's N mode and the tensor cores read
+# every operand from shared memory (no ldmatrix, no operand registers). H100, bf16, CLI bwd_ms
+# against the mma.sync row (2026-11-23 (20)): S = 512 1.10x, causal 1.05x; S = 2048 1.14-1.16x;
+# S = 8192 1.19x. Experimental until a full harness run (only the bf16 row has run on a GPU).
+SM90_BACKWARD_FUSED_WGMMA_TILES = {256: (64, 64, 8)}
 # One-pass rows with a bias tile (the step's bias by cp.async with Q and dO; dS back through the
 # same tile for 16-byte dbias stores): SM80_BACKWARD_FUSED_BIAS_TILES. At D = 256 the tile does
 # not fit next to the rest.
@@ -349,6 +355,10 @@ def backward_rows():
         for head_dim, (bm, bn, warps, ctas) in SM90_BACKWARD_FUSED_SPLIT_TILES.items():
             rows.append(Row(90, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             atomics=True, fused=True, head_split=ctas))
+        for head_dim, (bm, bn, warps) in SM90_BACKWARD_FUSED_WGMMA_TILES.items():
+            rows.append(Row(90, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
+                            math="wgmma", atomics=True, fused=True, experimental=True,
+                            min_queries_per_key=SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim]))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):
@@ -385,9 +395,10 @@ def template_args(r):
         element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
     if r.pass_ == "bwd" and r.fused:
-        split = f", {r.head_split}" if r.head_split > 1 else ""
+        math = ", sm80::GemmKind::wgmma" if r.math == "wgmma" else ""
+        split = f", {r.head_split}" if r.head_split > 1 or math else ""
         return (f"sm80::FusedBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
-                f"{r.block_n}, {r.warps}{split}>, {features}")
+                f"{r.block_n}, {r.warps}{split}{math}>, {features}")
     if r.pass_ == "bwd" and r.accumulator == "global":
         return (f"sm80::GlobalBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.warps}, {SM80_BACKWARD_GACC_TILE[3]}, "
                 f"{loads}>, {features}")
@@ -397,7 +408,7 @@ def template_args(r):
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
         return f"{dq}, {dkdv}, {features}"
     if r.wide:
-        math = ", sm80::WideMath::wgmma" if r.math == "wgmma" else ""
+        math = ", sm80::GemmKind::wgmma" if r.math == "wgmma" else ""
         split = f", {r.head_split}" if r.head_split > 1 or math else ""
         traits = (f"sm80::WideFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
                   f"{r.block_n}, {r.warps}{split}{math}>")

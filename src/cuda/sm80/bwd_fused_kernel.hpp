@@ -469,8 +469,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
   typename Traits::MmaSdp mma_sdp;
   typename Traits::MmaDkv mma_dkv;
   typename Traits::MmaDq mma_dq;
-  using Ldsm = typename Traits::SmemToRegAtom;
-  using LdsmT = typename Traits::SmemToRegAtomTransposed;
+  using Gemms = typename Traits::Gemms;
   const auto tile_s = make_shape(Int<kQueries>{}, Int<kKeys>{});
   auto p_store = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma_sdp);
   Tensor acc_dk = partition_fragment_C(mma_dkv, tile_kv);
@@ -508,6 +507,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
     const int rows = step_rows(m0);
     const int t = opaque_thread<Traits::kThreads>();
     cp_async_wait<0>();
+    Gemms::publish_smem_writes();
     __syncthreads();  // this step's Q, dO and row statistics are in; the last step's dS reads are done
 
     Tensor acc_s = partition_fragment_C(mma_sdp, tile_s);
@@ -522,8 +522,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
       const auto add_dq = [&](int part) {
         if constexpr (kDeferDq) pending.add(part);
       };
-      gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sQ, sK, acc_s, t, add_dq);
-      gemm_smem_2slice<Ldsm, typename Traits::SdpBAtom>(mma_sdp, sdO, sV, acc_dp, t, [&](int kk) {
+      Gemms::template scores<kSlicesK>(mma_sdp, sQ, sK, acc_s, sdO, sV, acc_dp, t, add_dq, [&](int kk) {
         if constexpr (!kFlushDuringS) add_dq(kSlicesK + kk);
         if constexpr (kExpDuringDp) exp_scores_part<kSlicesK>(acc_s, coord_s, lse2, p.scale_log2, kk);
       });
@@ -541,12 +540,12 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
       copy(p_store, p_store_thr.retile_S(p_frag), p_store_thr.partition_D(sP));
       copy(p_store, p_store_thr.retile_S(ds_frag), p_store_thr.partition_D(sdS));
     }
+    Gemms::publish_smem_writes();
     __syncthreads();  // P and dS are in (and dS in the bias tile, when dbias leaves from there)
     if (stage_dbias)  // 16-byte stores; the barrier after the dK GEMM keeps the next bias load off the tile
       store_dbias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
 
-    gemm_smem_2slice<LdsmT, LdsmT>(mma_dkv, sPt, sdOt, acc_dv, t);
-    gemm_smem_2slice<LdsmT, LdsmT>(mma_dkv, sdSt, sQt, acc_dk, t);
+    Gemms::key_grads(mma_dkv, sPt, sdOt, acc_dv, sdSt, sQt, acc_dk, t);
     __syncthreads();  // Q and dO are free: the next step's loads overlap the dQ GEMM
     RowStat next;
     Step next_at = at;
@@ -561,9 +560,8 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
     for (int chunk = 0; chunk < kHeadDim / Traits::kDqCols; ++chunk) {
       Tensor acc_dq = partition_fragment_C(mma_dq, tile_dq);
       clear(acc_dq);
-      gemm_smem_2slice<Ldsm, LdsmT>(mma_dq, sdS, local_tile(sKt, make_shape(Int<Traits::kDqCols>{}, Int<kKeys>{}),
-                                                           make_coord(chunk, 0)),
-                                    acc_dq, t);
+      Gemms::query_grads(mma_dq, sdS, local_tile(sKt, make_shape(Int<Traits::kDqCols>{}, Int<kKeys>{}), make_coord(chunk, 0)),
+                         acc_dq, t);
       stage_fragment(acc_dq, coord_dq, dq_stage, Smem::kDqLd, chunk * Traits::kDqCols);
     }
     // The staged dQ is read by the next step's flush, after that step's first barrier (or by

@@ -11,8 +11,10 @@
 
 #include <type_traits>
 
+#include "cuda/sm80/fragments.hpp"
 #include "cuda/sm80/fwd_traits.hpp"
 #include "cuda/sm80/swizzled_tiles.hpp"
+#include "cuda/sm90/one_pass_gemms.hpp"
 
 namespace memattn::cuda::sm80 {
 
@@ -23,7 +25,10 @@ using namespace cute;
 // quarters): its share of K, V, Q, dO and of dK, dV, dQ. S and dP are summed over the cluster
 // through distributed shared memory (sm90::PartialSums), so each
 // CTA's traffic per FLOP is that of the row of its share's head dim.
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1>
+// kGemms picks the tensor-core instructions (MmaSyncGemms below, or sm90::OnePassGmmaGemms: wgmma
+// from shared memory, family-90 rows); the accumulators hold the same rows per thread either way.
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1,
+          GemmKind kGemms = GemmKind::mma_sync>
 struct FusedBwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;  // per CTA: D and Dv both padded to kHeadDim * kHeadSplit
@@ -79,33 +84,78 @@ struct FusedBwdTraits {
                                                         WarpsSdp>>;
 
   using MmaOp = typename Tiles::MmaOp;
-  template <class Warps>
-  using TiledMmaOf = TiledMMA<MMA_Atom<MmaOp>, Layout<Warps>,
-                              Tile<Int<16 * decltype(size<0>(Warps{}))::value>, Int<16 * decltype(size<1>(Warps{}))::value>, _16>>;
-  using MmaSdp = TiledMMA<MMA_Atom<MmaOp>, Layout<WarpsSdp>,
-                          Tile<Int<16 * decltype(size<0>(WarpsSdp{}))::value>, Int<kSdpStepN>, _16>>;
-  using MmaDkv = TiledMmaOf<WarpsDkv>;
-  using MmaDq = TiledMmaOf<WarpsDq>;
   using MmaSdpSlice = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<_1, Int<kWarps / kSdpSlices>, _1>>,
                                Tile<_16, Int<16 * (kWarps / kSdpSlices)>, _16>>;
 
-  // Shared memory (SwizzledTiles: no bank conflicts for ldmatrix, ldmatrix.trans or cp.async).
-  // Every transposed view is the same bytes.
-  template <int kRows, int kCols>
-  using RowMajorTile = typename Tiles::template RowMajorTile<kRows, kCols>;
-  template <class Tile, int kRows, int kCols>
-  using Transposed = typename Tiles::template Transposed<Tile, kRows, kCols>;
-  using SmemLayoutQ = RowMajorTile<kBlockM, kHeadDim>;                // Q, dO
-  using SmemLayoutQt = Transposed<SmemLayoutQ, kHeadDim, kBlockM>;    // B operands of dK, dV
-  using SmemLayoutKV = RowMajorTile<kBlockN, kHeadDim>;               // K, V
-  using SmemLayoutKt = Transposed<SmemLayoutKV, kHeadDim, kBlockN>;   // B operand of dQ
-  using SmemLayoutP = RowMajorTile<kBlockM, kBlockN>;                 // P, dS
-  using SmemLayoutPt = Transposed<SmemLayoutP, kBlockN, kBlockM>;     // A operands of dV, dK
+  // The GEMMs on mma.sync: the warp grids above, operands through ldmatrix (ldmatrix.trans for
+  // the transposed views), two k16 slices in flight (gemm_smem_2slice).
+  struct MmaSyncGemms {
+    template <class Warps>
+    using TiledMmaOf = TiledMMA<MMA_Atom<MmaOp>, Layout<Warps>,
+                                Tile<Int<16 * decltype(size<0>(Warps{}))::value>, Int<16 * decltype(size<1>(Warps{}))::value>, _16>>;
+    using MmaSdp = TiledMMA<MMA_Atom<MmaOp>, Layout<WarpsSdp>,
+                            Tile<Int<16 * decltype(size<0>(WarpsSdp{}))::value>, Int<kSdpStepN>, _16>>;
+    using MmaDkv = TiledMmaOf<WarpsDkv>;
+    using MmaDq = TiledMmaOf<WarpsDq>;
 
-  using SmemToRegAtom = typename Tiles::SmemToRegAtom;
-  using SmemToRegAtomTransposed = typename Tiles::SmemToRegAtomTransposed;
-  // The B operand (K, V) of S and dP.
-  using SdpBAtom = std::conditional_t<kSdpStepN == 8 * kWarpsSdpN, typename Tiles::SmemToRegAtomX2, SmemToRegAtom>;
+    // Shared memory (SwizzledTiles: no bank conflicts for ldmatrix, ldmatrix.trans or cp.async).
+    // Every transposed view is the same bytes.
+    template <int kRows, int kCols>
+    using RowMajorTile = typename Tiles::template RowMajorTile<kRows, kCols>;
+    template <class Tile, int kRows, int kCols>
+    using Transposed = typename Tiles::template Transposed<Tile, kRows, kCols>;
+    using SmemLayoutQ = RowMajorTile<kBlockM, kHeadDim>;                // Q, dO
+    using SmemLayoutQt = Transposed<SmemLayoutQ, kHeadDim, kBlockM>;    // B operands of dK, dV
+    using SmemLayoutKV = RowMajorTile<kBlockN, kHeadDim>;               // K, V
+    using SmemLayoutKt = Transposed<SmemLayoutKV, kHeadDim, kBlockN>;   // B operand of dQ
+    using SmemLayoutP = RowMajorTile<kBlockM, kBlockN>;                 // P, dS
+    using SmemLayoutPt = Transposed<SmemLayoutP, kBlockN, kBlockM>;     // A operands of dV, dK
+
+    using Ldsm = typename Tiles::SmemToRegAtom;
+    using LdsmT = typename Tiles::SmemToRegAtomTransposed;
+    // The B operand (K, V) of S and dP.
+    using SdpBAtom = std::conditional_t<kSdpStepN == 8 * kWarpsSdpN, typename Tiles::SmemToRegAtomX2, Ldsm>;
+
+    // S = Q K^T, then dP = dO V^T; after_s(kk) and after_dp(kk) after each of their kSlices k16
+    // slices.
+    template <int kSlices, class SmemQ, class SmemK, class Acc, class WorkS, class WorkDp>
+    __device__ __forceinline__ static void scores(const MmaSdp& mma, const SmemQ& sQ, const SmemK& sK, Acc& acc_s,
+                                                  const SmemQ& sdO, const SmemK& sV, Acc& acc_dp, int tid,
+                                                  const WorkS& after_s, const WorkDp& after_dp) {
+      gemm_smem_2slice<Ldsm, SdpBAtom>(mma, sQ, sK, acc_s, tid, after_s);
+      gemm_smem_2slice<Ldsm, SdpBAtom>(mma, sdO, sV, acc_dp, tid, after_dp);
+    }
+    // dV += P^T dO, then dK += dS^T Q.
+    template <class SmemPt, class SmemQt, class Acc>
+    __device__ __forceinline__ static void key_grads(const MmaDkv& mma, const SmemPt& sPt, const SmemQt& sdOt,
+                                                     Acc& acc_dv, const SmemPt& sdSt, const SmemQt& sQt, Acc& acc_dk,
+                                                     int tid) {
+      gemm_smem_2slice<LdsmT, LdsmT>(mma, sPt, sdOt, acc_dv, tid);
+      gemm_smem_2slice<LdsmT, LdsmT>(mma, sdSt, sQt, acc_dk, tid);
+    }
+    // A chunk of dQ = dS K.
+    template <class SmemA, class SmemB, class Acc>
+    __device__ __forceinline__ static void query_grads(const MmaDq& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
+                                                       int tid) {
+      gemm_smem_2slice<Ldsm, LdsmT>(mma, sA, sB, acc, tid);
+    }
+    __device__ __forceinline__ static void publish_smem_writes() {}  // ldmatrix reads what the barrier published
+  };
+  static_assert(kGemms == GemmKind::mma_sync || (kSdpSlices == 1 && kHeadSplit == 1),
+                "the wgmma rows compute S and dP in one slice, on one CTA");
+  using Gemms = std::conditional_t<kGemms == GemmKind::wgmma,
+                                   sm90::OnePassGmmaGemms<Element, kBlockM, kBlockN, kHeadDim, kDqCols>, MmaSyncGemms>;
+  using MmaSdp = typename Gemms::MmaSdp;
+  using MmaDkv = typename Gemms::MmaDkv;
+  using MmaDq = typename Gemms::MmaDq;
+  using SmemLayoutQ = typename Gemms::SmemLayoutQ;
+  using SmemLayoutQt = typename Gemms::SmemLayoutQt;
+  using SmemLayoutKV = typename Gemms::SmemLayoutKV;
+  using SmemLayoutKt = typename Gemms::SmemLayoutKt;
+  using SmemLayoutP = typename Gemms::SmemLayoutP;
+  using SmemLayoutPt = typename Gemms::SmemLayoutPt;
+
+  using SmemToRegAtom = typename Tiles::SmemToRegAtom;  // sdp_split_head_dim's operands
   using RegToSmemAtom = typename Tiles::RegToSmemAtom;  // P and dS, two neighbouring columns per store
   using LoadCopy = typename Tiles::LoadCopy;
   using StoreCopy = typename Tiles::StoreCopy;

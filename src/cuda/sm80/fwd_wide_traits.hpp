@@ -34,8 +34,6 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-enum class WideMath { mma_sync, wgmma };
-
 // The wide forward's GEMMs on mma.sync: S on a 4 x 2 warp grid (16 query rows by 32 keys each,
 // reducing over the whole head dim), O with every warp on all rows of its kHeadDim / kWarps
 // columns; operands through ldmatrix, two k16 slices in flight (gemm_smem_2slice).
@@ -71,7 +69,7 @@ struct WideMmaSyncGemms {
 };
 
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1,
-          WideMath kMath = WideMath::mma_sync>
+          GemmKind kMath = GemmKind::mma_sync>
 struct WideFwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;  // per CTA: D and Dv both padded to kHeadDim * kHeadSplit
@@ -87,7 +85,7 @@ struct WideFwdTraits {
   // all kBlockM rows (mma.sync), or every warpgroup all rows of half the head dim (wgmma).
   static constexpr int kWarpsSRows = 4, kWarpsSKeys = kWarps / kWarpsSRows;
   static_assert(kWarps == 8 && kHeadDim % 64 == 0);
-  using Gemms = std::conditional_t<kMath == WideMath::wgmma, sm90::WideGmmaGemms<Element, kBlockM, kBlockN, kHeadDim>,
+  using Gemms = std::conditional_t<kMath == GemmKind::wgmma, sm90::WideGmmaGemms<Element, kBlockM, kBlockN, kHeadDim>,
                                    WideMmaSyncGemms<Element, kBlockM, kBlockN, kHeadDim, kWarps, Tiles>>;
   using MmaS = typename Gemms::MmaS;
   using MmaO = typename Gemms::MmaO;

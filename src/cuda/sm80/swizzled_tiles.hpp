@@ -12,6 +12,10 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
+// The tensor-core instructions of a kernel whose GEMMs read both operands from shared memory:
+// mma.sync through ldmatrix (sm80 and newer), or sm_90a's warpgroup MMA (family-90 rows only).
+enum class GemmKind { mma_sync, wgmma };
+
 template <class Element, int kThreads>
 struct SwizzledTiles {
   static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);

@@ -1,0 +1,59 @@
+// sm_90a's warpgroup MMA (wgmma) with both operands in shared memory: the tile layouts it reads and
+// the issue / complete steps. Used by the family-90 rows' GEMM policies (wide_gemms.hpp,
+// one_pass_gemms.hpp); only kernels compiled for sm_90a may call them.
+//
+// Tiles: the canonical 128-byte-swizzled GMMA layouts, the same bytes as SwizzledTiles's
+// 64-column tiles (8 x 64 atoms, stacked along the rows first), so that cp.async and st.shared
+// fill them as before. A K-major tile (rows x contiguous columns) is an operand whose reduction
+// runs along its columns; read the other way round (its columns as the M or N mode) it is an
+// MN-major operand, whose 64 x 8 atoms are stacked along the reduction first (TransposedTile).
+// Data written by cp.async or st.shared reaches wgmma (the async proxy) through
+// publish_smem_writes before the barrier that precedes the GEMM.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+
+namespace memattn::cuda::sm90 {
+
+using namespace cute;
+
+template <class Element, int kRows, int kCols>
+using KMajorTile = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kRows>, Int<kCols>>{}));
+
+// The bytes of KMajorTile<Element, kCols, kRows> seen as kRows x kCols (its transpose).
+template <class Element, int kRows, int kCols>
+using TransposedTile =
+    decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, Shape<Int<kRows>, Int<kCols>>{}, Step<_2, _1>{}));
+
+// A tiled MMA of kGroups warpgroups side by side along N, each one 64 x (kN / kGroups) atom with
+// operands of the given majors.
+template <class Element, int kN, int kGroups, GMMA::Major kMajorA, GMMA::Major kMajorB>
+using WarpgroupsAlongN = decltype(make_tiled_mma(
+    SM90::GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kN / kGroups>, _16>, kMajorA, kMajorB>(),
+    Layout<Shape<_1, Int<kGroups>, _1>>{}));
+
+// acc += A B^T over every k-block of the tiles, issued to the tensor cores; gmma_complete waits.
+template <class TiledMma, class SmemA, class SmemB, class Acc>
+__device__ __forceinline__ void gmma_issue(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc, int tid) {
+  auto thr = mma.get_thread_slice(tid);
+  Tensor a = thr.partition_fragment_A(sA);  // shared-memory descriptors, not values
+  Tensor b = thr.partition_fragment_B(sB);
+  warpgroup_fence_operand(acc);
+  warpgroup_arrive();
+  cute::gemm(mma, a, b, acc);
+  warpgroup_commit_batch();
+}
+
+template <class Acc>
+__device__ __forceinline__ void gmma_complete(Acc& acc) {
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(acc);
+}
+
+// This thread's shared-memory writes (cp.async landed, st.shared) seen by later wgmma reads once
+// a barrier follows.
+__device__ __forceinline__ void publish_smem_writes() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+}  // namespace memattn::cuda::sm90

@@ -1,0 +1,74 @@
+// The one-pass backward's five GEMMs on sm_90a's warpgroup MMA (wgmma), every operand read from
+// shared memory by the tensor cores (FusedBwdTraits with GemmKind::wgmma; family-90 rows only).
+//
+// Why: with mma.sync each warp copies both operands of every GEMM into registers by ldmatrix
+// (the D = 256 row: ~40% of the step's stall samples sit in the S / dP and dK / dV GEMMs, MIO
+// throttle on ldmatrix.trans among them), and the operand registers are what the row spills for.
+// Here the two warpgroups split each GEMM's N mode: S and dP (queries x keys) by keys, dV and dK
+// (keys x head dim) and each dQ chunk (queries x kDqCols) by columns, so every warpgroup holds
+// the same rows of each accumulator (a quad per row, as mma.sync's warps did), and the tensor cores
+// read Q, K, V, dO, P and dS where they lie. The transposed operands (P^T, dS^T, dO^T, Q^T, K^T)
+// are the same bytes read MN-major (gmma.hpp).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "cuda/sm90/gmma.hpp"
+
+namespace memattn::cuda::sm90 {
+
+using namespace cute;
+
+template <class Element, int kBlockM, int kBlockN, int kHeadDim, int kDqCols>
+struct OnePassGmmaGemms {
+  static constexpr int kWarpgroups = 2;
+  static_assert(kBlockM == 64 && kBlockN == 64, "one wgmma row block of queries (S, dQ) and of keys (dK, dV)");
+  static_assert(kHeadDim / kWarpgroups <= 256 && kDqCols % (8 * kWarpgroups) == 0);
+
+  using SmemLayoutQ = KMajorTile<Element, kBlockM, kHeadDim>;       // Q, dO
+  using SmemLayoutQt = TransposedTile<Element, kHeadDim, kBlockM>;  // B operands of dK, dV
+  using SmemLayoutKV = KMajorTile<Element, kBlockN, kHeadDim>;      // K, V
+  using SmemLayoutKt = TransposedTile<Element, kHeadDim, kBlockN>;  // B operand of dQ
+  using SmemLayoutP = KMajorTile<Element, kBlockM, kBlockN>;        // P, dS
+  using SmemLayoutPt = TransposedTile<Element, kBlockN, kBlockM>;   // A operands of dV, dK
+
+  using MmaSdp = WarpgroupsAlongN<Element, kBlockN, kWarpgroups, GMMA::Major::K, GMMA::Major::K>;
+  using MmaDkv = WarpgroupsAlongN<Element, kHeadDim, kWarpgroups, GMMA::Major::MN, GMMA::Major::MN>;
+  using MmaDq = WarpgroupsAlongN<Element, kDqCols, kWarpgroups, GMMA::Major::K, GMMA::Major::MN>;
+
+  // S = Q K^T, then dP = dO V^T. The mma.sync GEMMs call after_s(kk) and after_dp(kk) after each
+  // of their kSlices k16 slices (work for the warps beside the tensor cores); here each GEMM's
+  // work runs while the whole GEMM is in flight. Issuing dP right behind S (after_dp once S is
+  // done) measured 1.5-3% slower (2026-11-23 (20)).
+  template <int kSlices, class SmemQ, class SmemK, class Acc, class WorkS, class WorkDp>
+  __device__ __forceinline__ static void scores(const MmaSdp& mma, const SmemQ& sQ, const SmemK& sK, Acc& acc_s,
+                                                const SmemQ& sdO, const SmemK& sV, Acc& acc_dp, int tid,
+                                                const WorkS& after_s, const WorkDp& after_dp) {
+    gmma_issue(mma, sQ, sK, acc_s, tid);
+    CUTE_UNROLL
+    for (int kk = 0; kk < kSlices; ++kk) after_s(kk);
+    gmma_complete(acc_s);
+    gmma_issue(mma, sdO, sV, acc_dp, tid);
+    CUTE_UNROLL
+    for (int kk = 0; kk < kSlices; ++kk) after_dp(kk);
+    gmma_complete(acc_dp);
+  }
+  // dV += P^T dO, then dK += dS^T Q (issued together: slower, as for S and dP).
+  template <class SmemPt, class SmemQt, class Acc>
+  __device__ __forceinline__ static void key_grads(const MmaDkv& mma, const SmemPt& sPt, const SmemQt& sdOt, Acc& acc_dv,
+                                                   const SmemPt& sdSt, const SmemQt& sQt, Acc& acc_dk, int tid) {
+    gmma_issue(mma, sPt, sdOt, acc_dv, tid);
+    gmma_complete(acc_dv);
+    gmma_issue(mma, sdSt, sQt, acc_dk, tid);
+    gmma_complete(acc_dk);
+  }
+  template <class SmemA, class SmemB, class Acc>
+  __device__ __forceinline__ static void query_grads(const MmaDq& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
+                                                     int tid) {
+    gmma_issue(mma, sA, sB, acc, tid);
+    gmma_complete(acc);
+  }
+  __device__ __forceinline__ static void publish_smem_writes() { sm90::publish_smem_writes(); }
+};
+
+}  // namespace memattn::cuda::sm90
