@@ -205,6 +205,8 @@ SM80_BACKWARD_GACC_TILE = (64, 64, 4, 3)  # queries, keys, warps, stages
 # 1024 51 -> 57 TFLOP/s (H100, 2026-11-22; 204 B of spills in the dQ kernel): experimental.
 SM80_BACKWARD_GACC_EXTRA_TILES = ((128, 128, 8),)
 CPP_DTYPE = {"bf16": "DType::bf16", "fp16": "DType::f16", "fp32": "DType::f32"}
+# Within a bucket: wgmma rows (sm_90a) before mma.sync rows before CUDA-core rows.
+MATH_RANK = {"wgmma": 0, "mma": 1, "ffma": 2}
 
 
 @dataclass(frozen=True)
@@ -257,7 +259,8 @@ class Row:
         # (the dispatcher passes over it when the bias cannot be tiled).
         feature_rank = {"plain": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
         return (self.experimental, self.accumulator != "registers", self.head_dim, -self.family,
-                self.loads != "vector16", {"wgmma": 0, "mma": 1, "ffma": 2}[self.math], feature_rank, not self.fused, self.atomics, not self.bias_tile,
+                self.loads != "vector16", MATH_RANK[self.math], feature_rank, not self.fused, self.atomics,
+                not self.bias_tile,
                 self.variant)
 
 

@@ -560,8 +560,8 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
     for (int chunk = 0; chunk < kHeadDim / Traits::kDqCols; ++chunk) {
       Tensor acc_dq = partition_fragment_C(mma_dq, tile_dq);
       clear(acc_dq);
-      Gemms::query_grads(mma_dq, sdS, local_tile(sKt, make_shape(Int<Traits::kDqCols>{}, Int<kKeys>{}), make_coord(chunk, 0)),
-                         acc_dq, t);
+      const auto chunk_kt = make_shape(Int<Traits::kDqCols>{}, Int<kKeys>{});
+      Gemms::query_grads(mma_dq, sdS, local_tile(sKt, chunk_kt, make_coord(chunk, 0)), acc_dq, t);
       stage_fragment(acc_dq, coord_dq, dq_stage, Smem::kDqLd, chunk * Traits::kDqCols);
     }
     // The staged dQ is read by the next step's flush, after that step's first barrier (or by

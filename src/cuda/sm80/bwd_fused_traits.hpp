@@ -92,7 +92,8 @@ struct FusedBwdTraits {
   struct MmaSyncGemms {
     template <class Warps>
     using TiledMmaOf = TiledMMA<MMA_Atom<MmaOp>, Layout<Warps>,
-                                Tile<Int<16 * decltype(size<0>(Warps{}))::value>, Int<16 * decltype(size<1>(Warps{}))::value>, _16>>;
+                                Tile<Int<16 * decltype(size<0>(Warps{}))::value>,
+                                     Int<16 * decltype(size<1>(Warps{}))::value>, _16>>;
     using MmaSdp = TiledMMA<MMA_Atom<MmaOp>, Layout<WarpsSdp>,
                             Tile<Int<16 * decltype(size<0>(WarpsSdp{}))::value>, Int<kSdpStepN>, _16>>;
     using MmaDkv = TiledMmaOf<WarpsDkv>;

@@ -60,7 +60,8 @@ struct WideMmaSyncGemms {
     gemm_smem_2slice<typename Tiles::SmemToRegAtom, typename Tiles::SmemToRegAtom>(mma, sQ, sK, acc, tid);
   }
   template <class SmemP, class SmemVt, class Acc>
-  __device__ __forceinline__ static void output(const MmaO& mma, const SmemP& sP, const SmemVt& sVt, Acc& acc, int tid) {
+  __device__ __forceinline__ static void output(const MmaO& mma, const SmemP& sP, const SmemVt& sVt, Acc& acc,
+                                                int tid) {
     gemm_smem_2slice<typename Tiles::SmemToRegAtom, typename Tiles::SmemToRegAtomTransposed>(mma, sP, sVt, acc, tid);
   }
   template <class Acc>

@@ -55,8 +55,9 @@ struct OnePassGmmaGemms {
   }
   // dV += P^T dO, then dK += dS^T Q (issued together: slower, as for S and dP).
   template <class SmemPt, class SmemQt, class Acc>
-  __device__ __forceinline__ static void key_grads(const MmaDkv& mma, const SmemPt& sPt, const SmemQt& sdOt, Acc& acc_dv,
-                                                   const SmemPt& sdSt, const SmemQt& sQt, Acc& acc_dk, int tid) {
+  __device__ __forceinline__ static void key_grads(const MmaDkv& mma, const SmemPt& sPt, const SmemQt& sdOt,
+                                                   Acc& acc_dv, const SmemPt& sdSt, const SmemQt& sQt, Acc& acc_dk,
+                                                   int tid) {
     gmma_issue(mma, sPt, sdOt, acc_dv, tid);
     gmma_complete(acc_dv);
     gmma_issue(mma, sdSt, sQt, acc_dk, tid);

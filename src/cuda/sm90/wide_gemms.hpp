@@ -44,7 +44,8 @@ struct WideGmmaGemms {
   // O += P V returns with the MMAs in flight, so that the warps work on the next scores beside
   // them; output_done() before anything reads the output or overwrites P or V.
   template <class SmemP, class SmemVt, class Acc>
-  __device__ __forceinline__ static void output(const MmaO& mma, const SmemP& sP, const SmemVt& sVt, Acc& acc, int tid) {
+  __device__ __forceinline__ static void output(const MmaO& mma, const SmemP& sP, const SmemVt& sVt, Acc& acc,
+                                                int tid) {
     gmma_issue(mma, sP, sVt, acc, tid);
   }
   template <class Acc>
