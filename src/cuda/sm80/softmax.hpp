@@ -22,10 +22,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // against before the maximum moves. Below it, a tile's probabilities are computed against the old
 // maximum (at most 2^8 = 256: bf16 and fp16 keep their relative precision there as the PV GEMM's
 // operands, and fp32's sums are far inside their range) and the output accumulator keeps its
-// scale; the LSE adds the maximum actually used, so the result is the same up to rounding. Random scores' maxima settle within the first tiles, and
-// after that no tile moves one, whereas with an exact running maximum a warp of the wide rows
-// (which holds all 64 rows of its output columns) rescaled at nearly every tile: a multiply per
-// accumulator element, about a fifth of that loop's instructions.
+// scale; the LSE adds the maximum actually used, so the result is the same up to rounding.
+// Random scores' maxima settle within the first tiles, and after that no tile moves one, whereas
+// with an exact running maximum a warp of the wide rows (which holds all 64 rows of its output
+// columns) rescaled at nearly every tile: a multiply per accumulator element, about a fifth of
+// that loop's instructions.
 inline constexpr float kMaxRiseLog2 = 8.0f;
 
 // The maximum a row takes a tile against: `running` unless the tile's own exceeds it by more than

@@ -52,6 +52,13 @@ __device__ __forceinline__ void gmma_complete(Acc& acc) {
   warpgroup_fence_operand(acc);
 }
 
+// acc += A B^T, returning when the warpgroup's MMAs are done.
+template <class TiledMma, class SmemA, class SmemB, class Acc>
+__device__ __forceinline__ void gmma(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc, int tid) {
+  gmma_issue(mma, sA, sB, acc, tid);
+  gmma_complete(acc);
+}
+
 // This thread's shared-memory writes (cp.async landed, st.shared) seen by later wgmma reads once
 // a barrier follows.
 __device__ __forceinline__ void publish_smem_writes() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }

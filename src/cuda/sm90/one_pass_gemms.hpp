@@ -58,16 +58,13 @@ struct OnePassGmmaGemms {
   __device__ __forceinline__ static void key_grads(const MmaDkv& mma, const SmemPt& sPt, const SmemQt& sdOt,
                                                    Acc& acc_dv, const SmemPt& sdSt, const SmemQt& sQt, Acc& acc_dk,
                                                    int tid) {
-    gmma_issue(mma, sPt, sdOt, acc_dv, tid);
-    gmma_complete(acc_dv);
-    gmma_issue(mma, sdSt, sQt, acc_dk, tid);
-    gmma_complete(acc_dk);
+    gmma(mma, sPt, sdOt, acc_dv, tid);
+    gmma(mma, sdSt, sQt, acc_dk, tid);
   }
   template <class SmemA, class SmemB, class Acc>
   __device__ __forceinline__ static void query_grads(const MmaDq& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
                                                      int tid) {
-    gmma_issue(mma, sA, sB, acc, tid);
-    gmma_complete(acc);
+    gmma(mma, sA, sB, acc, tid);
   }
   __device__ __forceinline__ static void publish_smem_writes() { sm90::publish_smem_writes(); }
 };

@@ -38,8 +38,7 @@ struct WideGmmaGemms {
 
   template <class SmemQ, class SmemK, class Acc>
   __device__ __forceinline__ static void scores(const MmaS& mma, const SmemQ& sQ, const SmemK& sK, Acc& acc, int tid) {
-    gmma_issue(mma, sQ, sK, acc, tid);
-    gmma_complete(acc);
+    gmma(mma, sQ, sK, acc, tid);
   }
   // O += P V returns with the MMAs in flight, so that the warps work on the next scores beside
   // them; output_done() before anything reads the output or overwrites P or V.
