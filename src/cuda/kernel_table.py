@@ -189,7 +189,7 @@ SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (64, 64, 8, 4)}
 # (queries, keys, warps). The two warpgroups split each GEMM's N mode and the tensor cores read
 # every operand from shared memory (no ldmatrix, no operand registers). H100, bf16, CLI bwd_ms
 # against the mma.sync row (2026-11-23 (20)): S = 512 1.10x, causal 1.05x; S = 2048 1.14-1.16x;
-# S = 8192 1.19x. Experimental until a full harness run (only the bf16 row has run on a GPU).
+# S = 8192 1.19x. Chosen before the mma.sync row on sm_90 (the table's math rank).
 SM90_BACKWARD_FUSED_WGMMA_TILES = {256: (64, 64, 8)}
 # One-pass rows with a bias tile (the step's bias by cp.async with Q and dO; dS back through the
 # same tile for 16-byte dbias stores): SM80_BACKWARD_FUSED_BIAS_TILES. At D = 256 the tile does
@@ -360,7 +360,7 @@ def backward_rows():
                             atomics=True, fused=True, head_split=ctas))
         for head_dim, (bm, bn, warps) in SM90_BACKWARD_FUSED_WGMMA_TILES.items():
             rows.append(Row(90, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
-                            math="wgmma", atomics=True, fused=True, experimental=True,
+                            math="wgmma", atomics=True, fused=True,
                             min_queries_per_key=SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim]))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
