@@ -13,9 +13,13 @@ namespace memattn::cuda {
 // of chunks, so that the rows of one head follow each other ld floats apart (a tile of a head's
 // rows is one block when ld is the tile's width: the one-pass rows add dQ to it at constant
 // offsets, bwd_fused_kernel.hpp).
+// `swizzled`: within each 256-byte group of a row, row r's 32-byte granules lie XOR (r % 8) (row
+// r of its (b, h)): the wgmma one-pass rows stage dQ that way, conflict-free, and add the staged
+// tile as one block (only with ld a multiple of 64).
 struct GradAccum {
   float* data;
   std::int64_t batch, rows, heads, ld;
+  bool swizzled = false;
 };
 
 struct BwdParams : FwdParams {

@@ -38,6 +38,7 @@
 #include "cuda/sm80/epilogue.hpp"
 #include "cuda/sm80/fragments.hpp"
 #include "cuda/sm80/fwd_common.hpp"
+#include "cuda/sm90/bulk_reduce.hpp"
 #include "cuda/sm90/cluster.hpp"
 #include "cuda/tile_scheduler.hpp"
 
@@ -47,7 +48,8 @@ using namespace cute;
 
 // Shared memory, in elements: K, V, Q, dO, P, dS; then the query tile's LSE (base 2) and delta,
 // then the tile's dQ in fp32 on its way to the workspace (rows of kDqLd floats: the padding puts
-// the eight rows of an m16n8 atom's stores on different banks).
+// the eight rows of an m16n8 atom's stores on different banks; the kBulkDq rows' stage has no
+// padding and is swizzled instead, stage_fragment_swizzled).
 // With kBiasTile rows, then the bias of the step's (query tile, key tile) (BiasTileShape),
 // which gradient_tile overwrites with dS when dbias leaves from it (p.dbias_tile). With
 // kHeadSplit > 1, the slots of the S and dP partial sums the cluster's CTAs exchange
@@ -62,7 +64,7 @@ struct FusedBwdSmem {
   static constexpr int kP = kDo + Traits::kSmemElemsQ;
   static constexpr int kDs = kP + Traits::kSmemElemsP;
   static constexpr int kStatsOffset = (kDs + Traits::kSmemElemsP) * int(sizeof(typename Traits::Element));
-  static constexpr int kDqLd = Traits::kHeadDim + 8;
+  static constexpr int kDqLd = Traits::Gemms::kBulkDq ? Traits::kHeadDim : Traits::kHeadDim + 8;
   static constexpr int kDqOffset = kStatsOffset + 2 * Traits::kBlockM * int(sizeof(float));
   using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
   static constexpr int kBiasOffset = kDqOffset + Traits::kBlockM * kDqLd * int(sizeof(float));
@@ -125,6 +127,24 @@ __device__ __forceinline__ void stage_fragment(const Acc& acc, const Coord& coor
   for (int e = 0; e < size(acc); e += 2) {
     const int row = get<0>(coord(e)), col = col0 + get<1>(coord(e));
     *reinterpret_cast<float2*>(stage + row * ld + col) = make_float2(acc(e), acc(e + 1));
+  }
+}
+
+// The same into an unpadded stage (kLd floats a row) laid out as the workspace with
+// GradAccum::swizzled: within each 256-byte group, the 32-byte granules of the tile's row r lie
+// XOR ((phase + r) % 8), where `phase` is the tile's first workspace row. The eight rows of a
+// fragment store then fall on different bank groups (two wavefronts, as with padding), and the
+// staged tile is the workspace tile byte for byte, so that it leaves by one bulk reduction.
+// `swizzled` false: a plain row-major stage (workspace rows wider than the tile).
+template <int kLd, class Acc, class Coord>
+__device__ __forceinline__ void stage_fragment_swizzled(const Acc& acc, const Coord& coord, float* stage, int col0,
+                                                        int phase, bool swizzled) {
+  // The rows a thread holds are 8 apart (m16n8 and wgmma fragments): one XOR for all of them.
+  const int x = swizzled ? ((phase + get<0>(coord(0))) & 7) << 3 : 0;
+  CUTE_UNROLL
+  for (int e = 0; e < size(acc); e += 2) {
+    const int row = get<0>(coord(e)), col = col0 + get<1>(coord(e));
+    *reinterpret_cast<float2*>(stage + row * kLd + (col ^ x)) = make_float2(acc(e), acc(e + 1));
   }
 }
 
@@ -479,9 +499,14 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
   // dQ's workspace tile is one block (DqBlockFlush) when its rows are the tile's width; then a
   // step's dQ is added during the next step's S (and dP) MMAs (where those are plain GEMMs), the
   // last one after the loop.
+  // In the kBulkDq rows a thread issues one bulk reduction of the staged tile instead (after the
+  // next step's first barrier) and waits for its reads before the stage is written again.
   const bool dq_block = kSplit == 1 && p.dq_accum.ld == kHeadDim;
   constexpr int kSlicesK = kHeadDim / 16;  // k16 slices of the S and dP GEMMs
-  constexpr bool kDeferDq = kSplit == 1 && Traits::kSdpSlices == 1;
+  constexpr bool kPlainSdp = kSplit == 1 && Traits::kSdpSlices == 1;
+  constexpr bool kBulkDq = Gemms::kBulkDq;
+  static_assert(!kBulkDq || kSplit == 1);
+  constexpr bool kDeferDq = kPlainSdp && !kBulkDq;
   // P's exponentials are issued between the dP GEMM's k-slices (exp_scores_part), beside its
   // MMAs. Not with a bias, which is added before the exponential, nor in the head-split rows,
   // which sum S and dP after the GEMMs. With more than 32 score elements per thread (D = 64's
@@ -489,13 +514,20 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
   // GEMM's k-slices only, which frees its buffer for the exponentials (with the flush over both
   // GEMMs they spilled and gained half as much); with fewer the flush over both GEMMs stays 1-2%
   // faster (H100, 2026-11-23 (17)).
-  constexpr bool kExpDuringDp = kDeferDq && (kFeatures & kBias) == 0;
+  constexpr bool kExpDuringDp = kPlainSdp && (kFeatures & kBias) == 0;
   constexpr int kScoresPerThread = kQueries * kKeys / Traits::kThreads;
   constexpr int kMostScoresBesideFlush = 32;  // the most that fit beside the flush's buffer (measured)
   constexpr bool kFlushDuringS = kExpDuringDp && kScoresPerThread > kMostScoresBesideFlush;
   constexpr int kFlushParts = kFlushDuringS ? kSlicesK : 2 * kSlicesK;
   using DqFlush = DqBlockFlush<kQueries, kHeadDim, Smem::kDqLd, Traits::kThreads, kFlushParts>;
   DqFlush pending(dq_stage, nullptr, 0, opaque_thread<Traits::kThreads>());
+  struct {
+    float* dst = nullptr;
+    int bytes = 0;  // 0: nothing staged
+  } bulk;
+  const auto issue_bulk_dq = [&] {
+    if (threadIdx.x == 0 && bulk.bytes > 0) sm90::bulk_reduce_add(bulk.dst, dq_stage, bulk.bytes);
+  };
 
   Step at = q_tiles > 0 ? step_at(work.hk * p.group + first_step / q_tiles,
                                   query_begin + std::int64_t(first_step % q_tiles) * kQueries)
@@ -509,6 +541,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
     cp_async_wait<0>();
     Gemms::publish_smem_writes();
     __syncthreads();  // this step's Q, dO and row statistics are in; the last step's dS reads are done
+    if constexpr (kBulkDq) issue_bulk_dq();  // the last step's dQ, staged and published before the barrier
 
     Tensor acc_s = partition_fragment_C(mma_sdp, tile_s);
     Tensor acc_dp = partition_fragment_C(mma_sdp, tile_s);
@@ -546,6 +579,8 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
       store_dbias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
 
     Gemms::key_grads(mma_dkv, sPt, sdOt, acc_dv, sdSt, sQt, acc_dk, t);
+    if constexpr (kBulkDq)
+      if (threadIdx.x == 0) sm90::wait_bulk_reads();  // the stage is written after the barrier
     __syncthreads();  // Q and dO are free: the next step's loads overlap the dQ GEMM
     RowStat next;
     Step next_at = at;
@@ -562,15 +597,21 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
       clear(acc_dq);
       const auto chunk_kt = make_shape(Int<Traits::kDqCols>{}, Int<kKeys>{});
       Gemms::query_grads(mma_dq, sdS, local_tile(sKt, chunk_kt, make_coord(chunk, 0)), acc_dq, t);
-      stage_fragment(acc_dq, coord_dq, dq_stage, Smem::kDqLd, chunk * Traits::kDqCols);
+      if constexpr (kBulkDq)
+        stage_fragment_swizzled<Smem::kDqLd>(acc_dq, coord_dq, dq_stage, chunk * Traits::kDqCols,
+                                             int((seq.q_begin + m0) & 7), dq_block);
+      else
+        stage_fragment(acc_dq, coord_dq, dq_stage, Smem::kDqLd, chunk * Traits::kDqCols);
     }
     // The staged dQ is read by the next step's flush, after that step's first barrier (or by
     // the flush after the loop, behind its own), and rewritten only after the next step's
-    // second: the deferred flush needs no barrier here (one of four per step; +1-2%).
-    const bool deferred = kDeferDq && dq_block;
+    // third: the deferred flush needs no barrier here (one of four per step; +1-2%).
+    const bool deferred = (kDeferDq || kBulkDq) && dq_block;
     if (!deferred) __syncthreads();  // dQ is staged
     if (!dq_block)
       flush_staged<kHeadDim, Traits::kThreads>(dq_stage, Smem::kDqLd, addresses(at).dq, p.dq_accum.ld, rows, qk_cols);
+    else if constexpr (kBulkDq)
+      bulk = {at.dq, rows * kHeadDim * int(sizeof(float))};
     else if constexpr (kDeferDq)
       pending = DqFlush(dq_stage, at.dq, rows, t);
     else
@@ -583,7 +624,12 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
     __syncthreads();         // it is staged
     pending.add_all();
   }
-  cp_async_wait<0>();  // K and V, when no step ran
+  cp_async_wait<0>();       // K and V, when no step ran
+  if constexpr (kBulkDq) {  // the last step's dQ; fused_bwd_kernel waits for its reads before the next item
+    Gemms::publish_smem_writes();
+    __syncthreads();
+    issue_bulk_dq();
+  }
   if constexpr (kSplit == 1)
     if (part.parts > 1 && !gather_split_tile<Traits>(p, part, acc_dk, acc_dv)) return;
 
@@ -608,6 +654,8 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) fus
   for (std::int64_t index = blockIdx.x / kSplit; index < p.kv_work_items; index += gridDim.x / kSplit) {
     const KvTilePart part = kv_tile_part(p, index);
     fused_bwd_tile<Traits, kFeatures>(p, decode_kv_work(p, part.tile), part, smem, exchanges);
+    if constexpr (Traits::Gemms::kBulkDq)
+      if (threadIdx.x == 0) sm90::wait_bulk_reads();  // the last dQ reduction's, before the stage is reused
     __syncthreads();
   }
   if constexpr (kSplit > 1) sm90::finish_exchanges();

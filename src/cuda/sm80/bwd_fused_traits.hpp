@@ -141,6 +141,7 @@ struct FusedBwdTraits {
       gemm_smem_2slice<Ldsm, LdsmT>(mma, sA, sB, acc, tid);
     }
     __device__ __forceinline__ static void publish_smem_writes() {}  // ldmatrix reads what the barrier published
+    static constexpr bool kBulkDq = false;  // dQ leaves by the warps' atomics
   };
   static_assert(kGemms == GemmKind::mma_sync || (kSdpSlices == 1 && kHeadSplit == 1),
                 "the wgmma rows compute S and dP in one slice, on one CTA");

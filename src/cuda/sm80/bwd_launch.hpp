@@ -188,8 +188,12 @@ Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
 }
 
 // The one-pass rows (bwd_fused_kernel.hpp), with the split tiles' arrival counts zeroed first.
+// The wgmma rows stage dQ swizzled and add it as one block (GradAccum::swizzled) where the
+// workspace's rows are the tile's width.
 template <class Traits, unsigned kFeatures>
-Status launch_backward_fused(const BwdParams& p, cudaStream_t stream) {
+Status launch_backward_fused(const BwdParams& params, cudaStream_t stream) {
+  BwdParams p = params;
+  p.dq_accum.swizzled = Traits::Gemms::kBulkDq && p.dq_accum.ld == Traits::kHeadDim;
   return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
     if (p.kv_split_parts > 1) {
       const std::size_t bytes = std::size_t(p.num_kv_blocks - p.kv_split_first) * sizeof(int);

@@ -35,6 +35,9 @@ struct OnePassGmmaGemms {
   using MmaSdp = WarpgroupsAlongN<Element, kBlockN, kWarpgroups, GMMA::Major::K, GMMA::Major::K>;
   using MmaDkv = WarpgroupsAlongN<Element, kHeadDim, kWarpgroups, GMMA::Major::MN, GMMA::Major::MN>;
   using MmaDq = WarpgroupsAlongN<Element, kDqCols, kWarpgroups, GMMA::Major::K, GMMA::Major::MN>;
+  // A step's dQ leaves by one bulk reduction of the staged tile (bulk_reduce.hpp), issued by one
+  // thread, instead of the warps' atomics beside the S and dP GEMMs.
+  static constexpr bool kBulkDq = true;
 
   // S = Q K^T, then dP = dO V^T. The mma.sync GEMMs call after_s(kk) and after_dp(kk) after each
   // of their kSlices k16 slices (work for the warps beside the tensor cores); here each GEMM's
