@@ -16,7 +16,9 @@
 // workspace (stage_fragment, then DqBlockFlush or flush_staged); with that the rows are the plain
 // default at D = 128 and 256 (docs/perf-notes.md, 2026-11-22 (6)). The workspace is head-major,
 // so a step's dQ tile is one block there, and its atomics are issued during the next step's S (and
-// dP) MMAs (2026-11-22 (13)); P's exponentials during the dP MMAs (2026-11-23 (17)).
+// dP) MMAs (2026-11-22 (13)); P's exponentials during the dP MMAs (2026-11-23 (17)). The wgmma
+// rows (GemmKind::wgmma, family 90) add the block with one bulk reduction instead, issued by one
+// thread (kBulkDq, 2026-11-23 (21)).
 //
 // Pipelining: the next tile's Q and dO are loaded (cp.async) as soon as the dK GEMM has read
 // this tile's, so the loads overlap the dQ GEMM and its atomics; its LSE and delta are fetched
