@@ -599,7 +599,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
       clear(acc_dq);
       const auto chunk_kt = make_shape(Int<Traits::kDqCols>{}, Int<kKeys>{});
       Gemms::query_grads(mma_dq, sdS, local_tile(sKt, chunk_kt, make_coord(chunk, 0)), acc_dq, t);
-      if constexpr (kBulkDq)
+      if constexpr (kBulkDq)  // dq_block here is the launch's condition for GradAccum::swizzled
         stage_fragment_swizzled<Smem::kDqLd>(acc_dq, coord_dq, dq_stage, chunk * Traits::kDqCols,
                                              int((seq.q_begin + m0) & 7), dq_block);
       else
