@@ -334,6 +334,24 @@ Status resident_ctas(const Row& k, std::int64_t* ctas) {
   return Status::Ok();
 }
 
+// MEMATTN_L2_GROUPS=0 keeps the balanced work groups where L2 would shrink them (for comparisons).
+bool l2_groups_enabled() {
+  const char* v = std::getenv("MEMATTN_L2_GROUPS");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+// L2 bytes of the current GPU, asked once per device.
+std::int64_t l2_bytes() {
+  static std::mutex mutex;
+  static std::map<int, std::int64_t> cache;
+  int device = 0, bytes = 0;
+  cudaGetDevice(&device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = cache.find(device); it != cache.end()) return it->second;
+  cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device);
+  return cache[device] = bytes;
+}
+
 // The work order's groups of (sequence, head) pairs (tile_scheduler.hpp, rank_work) for `tiles`
 // tiles per pair; 0: one pair after another. Only a causal-type mask (a right bound, no left
 // bound) makes the tiles uneven with the heaviest where the order puts them first (the last query
@@ -341,13 +359,25 @@ Status resident_ctas(const Row& k, std::int64_t* ctas) {
 // heaviest tile: its tiles average half the heaviest's work, so a group takes at least
 // 2 * resident / tiles pairs. In the model of bench/ab/s15_schedule.py that puts the suite's
 // causal rows (and those of 1.5x the hidden size) within 3.1% of the ideal time, from up to 15%.
+// `reused_bytes`: what a pair's CTAs read again from L2 (0: not considered). The pairs of the
+// groups in flight share it, and where the balanced group's would overflow half of L2 but a group
+// of resident / tiles pairs (the fewest whose heaviest tiles still fill the GPU) fits, the group
+// is that: on the wgmma one-pass rows at D = 256 and S = 512 causal the kernel took 0.60 ms with
+// the balanced group of 33 pairs (1 MB each: Q, dO and dQ workspace rows), 0.57 with 17 and 0.79
+// with 66 (H100, 2026-11-23 (22)); S = 1024 -1.6%, S = 2048 within +-1%; at S = 8192 (16 MB a
+// pair) the balanced group stays.
 template <class Row>
-Status work_groups(const Row& k, const detail::Problem& p, int tiles, std::int64_t pairs, std::int64_t* groups) {
+Status work_groups(const Row& k, const detail::Problem& p, int tiles, std::int64_t pairs, std::int64_t* groups,
+                   std::int64_t reused_bytes = 0) {
   *groups = 0;
   if (p.window_right == kUnbounded || p.window_left != kUnbounded || tiles <= 0 || pairs <= 1) return Status::Ok();
   std::int64_t resident = 0;
   if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
-  const std::int64_t group = (2 * resident + tiles - 1) / tiles;
+  std::int64_t group = (2 * resident + tiles - 1) / tiles;
+  if (reused_bytes > 0) {
+    const std::int64_t lean = (resident + tiles - 1) / tiles, budget = l2_bytes() / 2;
+    if (group * reused_bytes > budget && lean * reused_bytes <= budget) group = lean;
+  }
   *groups = std::max<std::int64_t>(1, pairs / std::max<std::int64_t>(group, 1));
   return Status::Ok();
 }
@@ -457,7 +487,14 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   b.delta_rows = a.q.sizes[1];
   b.num_n_blocks = int((p.seqlen_k + k.block_n - 1) / k.block_n);
   b.num_kv_blocks = std::int64_t(b.num_n_blocks) * p.heads_k * p.batch;
-  if (Status s = work_groups(k, p, b.num_n_blocks, p.batch * p.heads_k, &b.kv_work_groups); !s.ok()) return s;
+  // The wgmma one-pass rows' CTAs read their pair's Q, dO and dQ workspace rows at every key tile
+  // (the mma.sync one-pass rows gained nothing from the smaller group at D = 64 and 128).
+  const std::int64_t reused = k.atomics && k.math == Math::wgmma && l2_groups_enabled()
+                                  ? (p.heads_q / p.heads_k) * p.seqlen_q *
+                                        ((p.head_dim + p.head_dim_v) * std::int64_t(dtype_size(p.dtype)) +
+                                         (p.head_dim + kGlobalChunk - 1) / kGlobalChunk * kGlobalChunk * 4)
+                                  : 0;
+  if (Status s = work_groups(k, p, b.num_n_blocks, p.batch * p.heads_k, &b.kv_work_groups, reused); !s.ok()) return s;
   if (Status s = work_groups(k, p, b.num_m_blocks, p.batch * p.heads_q, &b.work_groups); !s.ok()) return s;
   TailSplit split;
   if (Status s = choose_tail_split(k, p, b, &split); !s.ok()) return s;
