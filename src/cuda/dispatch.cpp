@@ -352,7 +352,7 @@ std::int64_t l2_bytes() {
   return cache[device] = bytes;
 }
 
-// The work order's groups of (sequence, head) pairs (tile_scheduler.hpp, rank_work) for `tiles`
+// The work order's groups of (sequence, head) pairs (work_order.hpp, rank_work) for `tiles`
 // tiles per pair; 0: one pair after another. Only a causal-type mask (a right bound, no left
 // bound) makes the tiles uneven with the heaviest where the order puts them first (the last query
 // tiles, the first key tiles). Then a group's work should span every resident CTA with the
