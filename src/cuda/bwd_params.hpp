@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/philox.hpp"  // MEMATTN_HD
 #include "cuda/fwd_params.hpp"
 
 namespace memattn::cuda {
@@ -21,6 +22,11 @@ struct GradAccum {
   std::int64_t batch, rows, heads, ld;
   bool swizzled = false;
 };
+
+// The XOR on the column index of row `row` (of its (b, h)) in a swizzled GradAccum: its 32-byte
+// granules (8 floats) permuted by row % 8 within each 256-byte group. The one-pass kernel's dQ
+// stage and the conversion kernel both use it.
+MEMATTN_HD int accum_swizzle(std::int64_t row) { return int(row & 7) << 3; }
 
 struct BwdParams : FwdParams {
   const void* dout;

@@ -391,6 +391,9 @@ struct ForwardPlan {
 
 constexpr int kGlobalChunk = 64;  // head-dim chunk of the global-accumulator kernels
 
+// A gradient workspace row's floats (GradAccum::ld) for `cols` columns: whole chunks.
+std::int64_t accum_ld(std::int64_t cols) { return (cols + kGlobalChunk - 1) / kGlobalChunk * kGlobalChunk; }
+
 Status plan_forward(const ForwardArgs& args, const detail::Problem& p, ForwardPlan* plan) {
   std::string why;
   plan->kernel = choose(forward_kernels(), "forward", forward_need(args, p), &why);
@@ -408,7 +411,7 @@ Status plan_forward(const ForwardArgs& args, const detail::Problem& p, ForwardPl
   FwdParams& f = plan->params;
   f.grid_ctas = std::min(f.num_blocks, resident);
   f.o_accum_slot_elems =
-      std::int64_t(plan->kernel->block_m) * ((p.head_dim_v + kGlobalChunk - 1) / kGlobalChunk) * kGlobalChunk;
+      std::int64_t(plan->kernel->block_m) * accum_ld(p.head_dim_v);
   plan->workspace_bytes = std::size_t(f.grid_ctas) * std::size_t(f.o_accum_slot_elems) * sizeof(float);
   return Status::Ok();
 }
@@ -492,7 +495,7 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   const std::int64_t reused = k.atomics && k.math == Math::wgmma && l2_groups_enabled()
                                   ? (p.heads_q / p.heads_k) * p.seqlen_q *
                                         ((p.head_dim + p.head_dim_v) * std::int64_t(dtype_size(p.dtype)) +
-                                         (p.head_dim + kGlobalChunk - 1) / kGlobalChunk * kGlobalChunk * 4)
+                                         accum_ld(p.head_dim) * 4)
                                   : 0;
   if (Status s = work_groups(k, p, b.num_n_blocks, p.batch * p.heads_k, &b.kv_work_groups, reused); !s.ok()) return s;
   if (Status s = work_groups(k, p, b.num_m_blocks, p.batch * p.heads_q, &b.work_groups); !s.ok()) return s;
@@ -518,7 +521,7 @@ Status plan_backward(const BackwardArgs& a, const detail::Problem& p, BackwardPl
   plan->dbias_accum_offset = dbias_accum > 0 ? reserve(std::size_t(dbias_accum) * sizeof(float)) : 0;
   const auto grad_accum = [&](GradAccum* g, const TensorRef& t, std::int64_t cols, std::size_t* offset) {
     g->batch = t.sizes[0], g->rows = t.sizes[1], g->heads = t.sizes[2];
-    g->ld = (cols + kGlobalChunk - 1) / kGlobalChunk * kGlobalChunk;
+    g->ld = accum_ld(cols);
     *offset = reserve(std::size_t(g->batch * g->rows * g->heads * g->ld) * sizeof(float));
   };
   if (k.atomics) {

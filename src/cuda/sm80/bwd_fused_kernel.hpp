@@ -51,7 +51,7 @@ using namespace cute;
 // Shared memory, in elements: K, V, Q, dO, P, dS; then the query tile's LSE (base 2) and delta,
 // then the tile's dQ in fp32 on its way to the workspace (rows of kDqLd floats: the padding puts
 // the eight rows of an m16n8 atom's stores on different banks; the kBulkDq rows' stage has no
-// padding and is swizzled instead, stage_fragment_swizzled).
+// padding and is swizzled instead, stage_swizzle).
 // With kBiasTile rows, then the bias of the step's (query tile, key tile) (BiasTileShape),
 // which gradient_tile overwrites with dS when dbias leaves from it (p.dbias_tile). With
 // kHeadSplit > 1, the slots of the S and dP partial sums the cluster's CTAs exchange
@@ -123,31 +123,26 @@ __device__ __forceinline__ void stage_row_stat(const RowStat& s, float* lse2, fl
 // fragments (four columns per lane) ran 1.8x slower still (H100, 2026-11-22 (6)); from the staged
 // rows (sm_90's red.v4.f32, a quarter of the instructions) they changed nothing (2026-11-22 (8)).
 // An m16n8 fp32 accumulator holds each pair of neighbouring columns in consecutive registers.
+// `swizzle`: an XOR on every column index (0: a plain row-major stage).
 template <class Acc, class Coord>
-__device__ __forceinline__ void stage_fragment(const Acc& acc, const Coord& coord, float* stage, int ld, int col0) {
+__device__ __forceinline__ void stage_fragment(const Acc& acc, const Coord& coord, float* stage, int ld, int col0,
+                                               int swizzle = 0) {
   CUTE_UNROLL
   for (int e = 0; e < size(acc); e += 2) {
     const int row = get<0>(coord(e)), col = col0 + get<1>(coord(e));
-    *reinterpret_cast<float2*>(stage + row * ld + col) = make_float2(acc(e), acc(e + 1));
+    *reinterpret_cast<float2*>(stage + row * ld + (col ^ swizzle)) = make_float2(acc(e), acc(e + 1));
   }
 }
 
-// The same into an unpadded stage (kLd floats a row) laid out as the workspace with
-// GradAccum::swizzled: within each 256-byte group, the 32-byte granules of the tile's row r lie
-// XOR ((phase + r) % 8), where `phase` is the tile's first workspace row. The eight rows of a
-// fragment store then fall on different bank groups (two wavefronts, as with padding), and the
-// staged tile is the workspace tile byte for byte, so that it leaves by one bulk reduction.
-// `swizzled` false: a plain row-major stage (workspace rows wider than the tile).
-template <int kLd, class Acc, class Coord>
-__device__ __forceinline__ void stage_fragment_swizzled(const Acc& acc, const Coord& coord, float* stage, int col0,
-                                                        int phase, bool swizzled) {
-  // The rows a thread holds are 8 apart (m16n8 and wgmma fragments): one XOR for all of them.
-  const int x = swizzled ? ((phase + get<0>(coord(0))) & 7) << 3 : 0;
-  CUTE_UNROLL
-  for (int e = 0; e < size(acc); e += 2) {
-    const int row = get<0>(coord(e)), col = col0 + get<1>(coord(e));
-    *reinterpret_cast<float2*>(stage + row * kLd + (col ^ x)) = make_float2(acc(e), acc(e + 1));
-  }
+// The kBulkDq rows stage dQ unpadded and laid out as the workspace with GradAccum::swizzled
+// (accum_swizzle of the row in its (b, h): `phase` is the tile's first workspace row, mod 8). The eight
+// rows of a fragment store then fall on different bank groups (two wavefronts, as with padding),
+// and the staged tile is the workspace tile byte for byte, so that it leaves by one bulk
+// reduction. The rows a thread holds are 8 apart (m16n8 and wgmma fragments): one XOR for all of
+// them. `swizzled` false: a plain stage (workspace rows wider than the tile).
+template <class Coord>
+__device__ __forceinline__ int stage_swizzle(const Coord& coord, int phase, bool swizzled) {
+  return swizzled ? accum_swizzle(phase + get<0>(coord(0))) : 0;
 }
 
 // S = Q K^T and dP = dO V^T with the head dim split over the warps (Traits::kSdpSlices > 1):
@@ -599,11 +594,9 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
       clear(acc_dq);
       const auto chunk_kt = make_shape(Int<Traits::kDqCols>{}, Int<kKeys>{});
       Gemms::query_grads(mma_dq, sdS, local_tile(sKt, chunk_kt, make_coord(chunk, 0)), acc_dq, t);
-      if constexpr (kBulkDq)  // dq_block here is the launch's condition for GradAccum::swizzled
-        stage_fragment_swizzled<Smem::kDqLd>(acc_dq, coord_dq, dq_stage, chunk * Traits::kDqCols,
-                                             int((seq.q_begin + m0) & 7), dq_block);
-      else
-        stage_fragment(acc_dq, coord_dq, dq_stage, Smem::kDqLd, chunk * Traits::kDqCols);
+      // dq_block here is the launch's condition for GradAccum::swizzled.
+      stage_fragment(acc_dq, coord_dq, dq_stage, Smem::kDqLd, chunk * Traits::kDqCols,
+                     kBulkDq ? stage_swizzle(coord_dq, int((seq.q_begin + m0) & 7), dq_block) : 0);
     }
     // The staged dQ is read by the next step's flush, after that step's first barrier (or by
     // the flush after the loop, behind its own), and rewritten only after the next step's

@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(256) finish_gradient_kernel(GradAccum g, Eleme
   for (std::int64_t w = r.begin; w < r.end; ++w, r.next()) {
     const float* src = accum_row(g, r.b, r.row, r.h);  // the workspace's rows are whole 16-byte chunks
     Element* dst = out + r.b * batch_stride + r.row * row_stride + std::int64_t(r.h) * head_stride;
-    const int swizzle = g.swizzled ? (int(r.row) & 7) << 3 : 0;  // column c at c ^ swizzle (GradAccum)
+    const int swizzle = g.swizzled ? accum_swizzle(r.row) : 0;  // column c at c ^ swizzle
     if (cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(dst) % (4 * sizeof(Element)) == 0) {
       for (int c = 4 * lane; c < cols; c += 4 * 32) {
         const float4 v = *reinterpret_cast<const float4*>(src + (c ^ swizzle));
