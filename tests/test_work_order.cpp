@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/work_order.hpp"
+#include "cuda/common/work_order.hpp"
 
 namespace memattn::cuda {
 namespace {

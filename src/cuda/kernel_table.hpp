@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/bwd_params.hpp"
-#include "cuda/fwd_params.hpp"
+#include "cuda/common/bwd_params.hpp"
+#include "cuda/common/fwd_params.hpp"
 #include "memattn/status.hpp"
 #include "memattn/types.hpp"
 

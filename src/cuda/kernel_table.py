@@ -71,7 +71,7 @@ SM80_BIAS_ONLY_MIN_CTAS = {(128, (64, 64, 4)): 3}
 SM80_DROPOUT_ONLY_BUCKETS = (64, 256)
 SM80_BACKWARD_DROPOUT_ONLY_BUCKETS = (64, 128)
 SM80_BACKWARD_BIAS_ONLY_BUCKETS = (64, 128)
-# Wide-head forward rows (fwd_wide_kernel.hpp): head-dim bucket -> (queries, keys, warps). The
+# Wide-head forward rows (wide_fwd_kernel.hpp): head-dim bucket -> (queries, keys, warps). The
 # output stays in registers, split over the warps along the head dim (128 per thread at 64 x 512
 # with 8 warps, 232 registers); Q stays in shared memory, so a key tile costs only its K and V
 # (~65 FLOP per L2 byte against the global-accumulator rows' ~29). Plain problems only (bias and
@@ -129,7 +129,7 @@ SM80_BACKWARD_EXTRA_TILES = {64: ((64, 64, 4),)}
 # deterministic). Verified, but 0.72-0.89x the two-kernel rows (H200, 2026-11-22): experimental,
 # compiled for A/Bs only.
 SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
-# One-pass rows (bwd_fused_kernel.hpp): queries per step x keys per CTA, warps; each GEMM with
+# One-pass rows (one_pass_bwd_kernel.hpp): queries per step x keys per CTA, warps; each GEMM with
 # its own warp grid and P/dS through shared memory, dQ by fp32 atomics (FlashAttention-2's
 # layout). With dQ atomics straight from the fragments they ran at 0.75-0.9x the two-kernel rows
 # (H100, 2026-11-22 (5)); 4 warps x 64 keys (two CTAs per SM) lower still. Buckets: multiples
@@ -146,7 +146,7 @@ SM80_BACKWARD_ATOMIC_BUCKETS = (64, 128)
 # with 128 keys and 8 warps beat 4 x 64 by 5-8% (S = 2048 196 vs 186, S = 8192 239 vs 220,
 # causal 218 vs 203; H100, 2026-11-22 (7)): half the steps, barriers and dQ flushes per FLOP.
 # At D = 512 a CTA owns 32 keys (dK and dV again 128 registers per thread) and steps through 32
-# queries; S and dP split four ways along the head dim (FusedBwdTraits::kSdpSlices), dQ goes in
+# queries; S and dP split four ways along the head dim (OnePassBwdTraits::kSdpSlices), dQ goes in
 # four 128-column chunks, 199 KB of shared memory. Against the gacc rows (H100, 2026-11-22 (8),
 # bf16, TFLOP/s): D = 512 S = 4096 50 -> 140, causal 40 -> 134; D = 384 (padded to 512) 50 -> 103:
 # the default for plain problems at D = 257..512.
@@ -228,10 +228,10 @@ class Row:
     atomics: bool = False  # backward: dQ added with fp32 atomics by the dK/dV kernel (not deterministic)
     bias_tile: bool = False  # bias through a shared-memory tile (needs an aligned, unit-stride bias)
     dropout_paired: bool = False  # each dropout Philox call serves the lanes that need its words
-    fused: bool = False  # backward in one pass (bwd_fused_kernel.hpp); dQ by atomics
+    fused: bool = False  # backward in one pass (one_pass_bwd_kernel.hpp); dQ by atomics
     min_queries_per_key: int = 0  # chosen only when a key sees this many queries on average
     min_ctas: int = 1  # forward register rows: CTAs per SM the compiler must leave registers for
-    wide: bool = False  # forward with the output split over the warps along the head dim (fwd_wide_kernel.hpp)
+    wide: bool = False  # forward with the output split over the warps along the head dim (wide_fwd_kernel.hpp)
     head_split: int = 1  # wide and one-pass rows: CTAs of a cluster that share the head dim (sm_90)
 
     @property
@@ -390,17 +390,17 @@ def reduced(rows):
 
 
 def template_args(r):
-    loads = "sm80::Loads::vector16" if r.loads == "vector16" else "sm80::Loads::element"
-    features = " | ".join([f for f, on in (("sm80::kBias", r.bias), ("sm80::kDropout", r.dropout),
-                                          ("sm80::kBiasTile", r.bias_tile),
-                                          ("sm80::kDropoutPaired", r.dropout_paired)) if on]) or "sm80::kPlain"
+    loads = "Loads::vector16" if r.loads == "vector16" else "Loads::element"
+    features = " | ".join([f for f, on in (("kBias", r.bias), ("kDropout", r.dropout),
+                                          ("kBiasTile", r.bias_tile),
+                                          ("kDropoutPaired", r.dropout_paired)) if on]) or "kPlain"
     if r.pass_ == "bwd" and r.accumulator == "global" and r.math == "ffma":
         element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
     if r.pass_ == "bwd" and r.fused:
-        math = ", sm80::GemmKind::wgmma" if r.math == "wgmma" else ""
+        math = ", GemmKind::wgmma" if r.math == "wgmma" else ""
         split = f", {r.head_split}" if r.head_split > 1 or math else ""
-        return (f"sm80::FusedBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
+        return (f"OnePassBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
                 f"{r.block_n}, {r.warps}{split}{math}>, {features}")
     if r.pass_ == "bwd" and r.accumulator == "global":
         return (f"sm80::GlobalBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.warps}, {SM80_BACKWARD_GACC_TILE[3]}, "
@@ -411,9 +411,9 @@ def template_args(r):
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
         return f"{dq}, {dkdv}, {features}"
     if r.wide:
-        math = ", sm80::GemmKind::wgmma" if r.math == "wgmma" else ""
+        math = ", GemmKind::wgmma" if r.math == "wgmma" else ""
         split = f", {r.head_split}" if r.head_split > 1 or math else ""
-        traits = (f"sm80::WideFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
+        traits = (f"WideFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
                   f"{r.block_n}, {r.warps}{split}{math}>")
     elif r.dtype == "fp32":
         traits = f"sm80::Fp32FwdTraits<{FP32_BUCKETS[r.head_dim]}>"
@@ -434,31 +434,39 @@ def write_if_changed(path, text):
         f.write(text)
 
 
+def launcher(r):
+    """The header that launches a row's kernel, its launch and resource functions, its params type.
+    The wide forward and the one-pass backward are kernel templates both families instantiate
+    (src/cuda/common); the others are the sm80 family's."""
+    if r.pass_ == "fwd" and r.wide:
+        return "cuda/common/wide_fwd_launch.hpp", "launch_forward_wide", "forward_wide_resources", "FwdParams"
+    if r.pass_ == "bwd" and r.fused:
+        return ("cuda/common/one_pass_bwd_launch.hpp", "launch_backward_one_pass", "backward_one_pass_resources",
+                "BwdParams")
+    if r.pass_ == "bwd":
+        suffix = ("_atomic" if r.atomics else "" if r.accumulator == "registers" else "_global" if r.math == "ffma"
+                  else "_gacc")
+        return "cuda/sm80/bwd_launch.hpp", f"sm80::launch_backward{suffix}", f"sm80::backward{suffix}_resources", "BwdParams"
+    suffix = "_fp32" if r.dtype == "fp32" else "_global" if r.accumulator == "global" else ""
+    return "cuda/sm80/fwd_launch.hpp", f"sm80::launch_forward{suffix}", f"sm80::forward{suffix}_resources", "FwdParams"
+
+
 def generate(rows, out):
     os.makedirs(out, exist_ok=True)
     files = []
     for r in rows:
         path = os.path.join(out, f"{r.name}.cu")
-        if r.pass_ == "bwd":
-            header, params = "cuda/sm80/bwd_launch.hpp", "BwdParams"
-            suffix = ("_fused" if r.fused else "_atomic" if r.atomics else "" if r.accumulator == "registers" else "_global" if r.math == "ffma"
-                      else "_gacc")
-            launch, resources = f"launch_backward{suffix}", f"backward{suffix}_resources"
-        else:
-            header, params = "cuda/sm80/fwd_launch.hpp", "FwdParams"
-            suffix = ("_fp32" if r.dtype == "fp32" else "_global" if r.accumulator == "global" else "_wide" if r.wide
-                      else "")
-            launch, resources = f"launch_forward{suffix}", f"forward{suffix}_resources"
+        header, launch, resources, params = launcher(r)
         write_if_changed(path, f"""// Generated by src/cuda/kernel_table.py: one kernel-table row. Do not edit.
 #include "{header}"
 
 namespace memattn::cuda::generated {{
 
 Status {r.name}(const {params}& p, cudaStream_t stream) {{
-  return sm80::{launch}<{template_args(r)}>(p, stream);
+  return {launch}<{template_args(r)}>(p, stream);
 }}
 
-Status {r.name}_resources(KernelResources* r) {{ return sm80::{resources}<{template_args(r)}>(r); }}
+Status {r.name}_resources(KernelResources* r) {{ return {resources}<{template_args(r)}>(r); }}
 
 }}  // namespace memattn::cuda::generated
 """)

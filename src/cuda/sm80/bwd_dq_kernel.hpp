@@ -11,13 +11,13 @@
 #include <cute/tensor.hpp>
 
 #include "core/mask.hpp"
-#include "cuda/bwd_params.hpp"
-#include "cuda/sm80/bwd_common.hpp"
-#include "cuda/sm80/epilogue.hpp"
-#include "cuda/sm80/fragments.hpp"
-#include "cuda/sm80/fwd_common.hpp"
+#include "cuda/common/bwd_common.hpp"
+#include "cuda/common/bwd_params.hpp"
+#include "cuda/common/epilogue.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/tile_scheduler.hpp"
 #include "cuda/sm80/fwd_traits.hpp"
-#include "cuda/tile_scheduler.hpp"
 
 namespace memattn::cuda::sm80 {
 

@@ -5,125 +5,15 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/bwd_params.hpp"
-#include "cuda/kernel_table.hpp"
+#include "cuda/common/bwd_launch.hpp"
+#include "cuda/common/bwd_params.hpp"
+#include "cuda/common/launch.hpp"
 #include "cuda/sm80/bwd_dkdv_kernel.hpp"
 #include "cuda/sm80/bwd_dq_kernel.hpp"
-#include "cuda/sm80/bwd_fused_kernel.hpp"
 #include "cuda/sm80/bwd_global_kernel.hpp"
 #include "cuda/sm80/bwd_simt_kernel.hpp"
-#include "cuda/sm80/fwd_launch.hpp"
 
 namespace memattn::cuda::sm80 {
-
-// dbias = 0 over its sizes (BwdParams::dbias_zero, when its memory has gaps): a CTA per row, the
-// row's (b, h, i) worked out once.
-template <class Element>
-__global__ void __launch_bounds__(256) zero_dbias_kernel(const __grid_constant__ BwdParams p) {
-  const std::int64_t* n = p.dbias_sizes;
-  for (std::int64_t row = blockIdx.x; row < n[0] * n[1] * n[2]; row += gridDim.x) {
-    const std::int64_t i = row % n[2], h = (row / n[2]) % n[1], b = row / (n[2] * n[1]);
-    const std::int64_t off = b * p.dbias_batch_stride + h * p.dbias_head_stride + i * p.dbias_row_stride;
-    for (std::int64_t j = threadIdx.x; j < n[3]; j += blockDim.x) {
-      if (p.bias_is_f32) static_cast<float*>(p.dbias)[off + j * p.dbias_col_stride] = 0.0f;
-      else static_cast<Element*>(p.dbias)[off + j * p.dbias_col_stride] = Element(0.0f);
-    }
-  }
-}
-
-// dbias from its fp32 workspace: each dbias element is the sum of the workspace elements that
-// map to it (one with atomics, where the workspace has dbias's reduced shape; the broadcast
-// copies in a fixed order otherwise).
-template <class Element>
-__global__ void __launch_bounds__(256) reduce_dbias_kernel(const __grid_constant__ BwdParams p) {
-  const std::int64_t* reduced = p.dbias_reduced_sizes;
-  const std::int64_t* w = p.dbias_accum_sizes;
-  std::int64_t copies[4], stride[4];
-  for (int d = 0; d < 4; ++d) copies[d] = w[d] / reduced[d];
-  stride[3] = 1;
-  for (int d = 2; d >= 0; --d) stride[d] = stride[d + 1] * w[d + 1];
-  const std::int64_t total = reduced[0] * reduced[1] * reduced[2] * reduced[3];
-  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
-       e += std::int64_t(gridDim.x) * blockDim.x) {
-    const std::int64_t j = e % reduced[3], i = (e / reduced[3]) % reduced[2];
-    const std::int64_t h = (e / (reduced[3] * reduced[2])) % reduced[1], b = e / (reduced[3] * reduced[2] * reduced[1]);
-    float sum = 0.0f;
-    for (std::int64_t cb = 0; cb < copies[0]; ++cb)
-      for (std::int64_t ch = 0; ch < copies[1]; ++ch)
-        for (std::int64_t ci = 0; ci < copies[2]; ++ci) {
-          const float* row = p.dbias_accum + (b + cb) * stride[0] + (h + ch) * stride[1] + (i + ci) * stride[2] + j;
-          for (std::int64_t cj = 0; cj < copies[3]; ++cj) sum += row[cj];
-        }
-    const std::int64_t off = b * p.dbias_batch_stride + h * p.dbias_head_stride + i * p.dbias_row_stride + j * p.dbias_col_stride;
-    if (p.bias_is_f32) static_cast<float*>(p.dbias)[off] = sum;
-    else static_cast<Element*>(p.dbias)[off] = Element(sum);
-  }
-}
-
-inline unsigned elementwise_grid(std::int64_t items, int per_block) {
-  return unsigned(std::min<std::int64_t>((items + per_block - 1) / per_block, 65536));
-}
-
-inline Status clear_accum(const GradAccum& g, const char* what, cudaStream_t stream) {
-  const std::size_t bytes = std::size_t(g.batch * g.rows * g.heads * g.ld) * sizeof(float);
-  return cuda_status(cudaMemsetAsync(g.data, 0, bytes, stream), what);
-}
-
-// A gradient (out with its strides, `cols` columns) = scale * its fp32 workspace.
-template <class Element>
-void finish_gradient(const GradAccum& g, void* out, std::int64_t batch_stride, std::int64_t row_stride,
-                     std::int64_t head_stride, int cols, float scale, cudaStream_t stream) {
-  const std::int64_t n = g.batch * g.rows * g.heads * cols;
-  if (n > 0)
-    finish_gradient_kernel<Element>
-        <<<elementwise_grid(g.batch * g.rows * g.heads, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(
-        g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
-}
-
-// Before the gradient kernels: delta (and `zero`, a workspace with delta's rows, cleared by the
-// same kernel; null: none), then dbias (or its workspace) zeroed and, for the register rows,
-// zero gradients for keys past seqused_k.
-template <class Element>
-Status backward_prologue(const BwdParams& p, bool zero_unused_keys, cudaStream_t stream,
-                         const GradAccum* zero = nullptr) {
-  const std::int64_t delta_rows = (p.seqstart_q ? 1 : p.batch) * p.delta_rows * p.heads_q;
-  GradAccum cleared{};
-  if (zero != nullptr) {
-    if (zero->batch * zero->rows * zero->heads == delta_rows) cleared = *zero;
-    else if (Status s = clear_accum(*zero, "gradient workspace", stream); !s.ok()) return s;
-  }
-  if (delta_rows > 0) {
-    // Lanes per row: 16 for rows of at most 16 four-element chunks, else the warp.
-    const auto kernel = p.head_dim_v <= 4 * 16 ? delta_kernel<Element, 16> : delta_kernel<Element, 32>;
-    kernel<<<elementwise_grid(delta_rows, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(p, cleared);
-  }
-  if (p.dbias_accum) {
-    const std::int64_t* w = p.dbias_accum_sizes;
-    if (Status s = cuda_status(cudaMemsetAsync(p.dbias_accum, 0, std::size_t(w[0] * w[1] * w[2] * w[3]) * sizeof(float), stream),
-                               "dbias workspace");
-        !s.ok())
-      return s;
-  } else if (p.dbias_zero && p.dbias_dense_bytes > 0) {
-    if (Status s = cuda_status(cudaMemsetAsync(p.dbias, 0, std::size_t(p.dbias_dense_bytes), stream), "dbias zeroing");
-        !s.ok())
-      return s;
-  } else if (p.dbias_zero) {
-    const std::int64_t rows = p.dbias_sizes[0] * p.dbias_sizes[1] * p.dbias_sizes[2];
-    if (rows > 0 && p.dbias_sizes[3] > 0) zero_dbias_kernel<Element><<<elementwise_grid(rows, 1), 256, 0, stream>>>(p);
-  }
-  if (zero_unused_keys && p.seqused_k) zero_unused_keys_kernel<Element><<<unsigned(p.batch), 256, 0, stream>>>(p);
-  return cuda_status(cudaGetLastError(), "backward preprocessing");
-}
-
-// After them: dbias summed over its broadcast dimensions.
-template <class Element>
-Status backward_epilogue(const BwdParams& p, cudaStream_t stream) {
-  if (!p.dbias_accum) return Status::Ok();
-  const std::int64_t* r = p.dbias_reduced_sizes;
-  const std::int64_t n = r[0] * r[1] * r[2] * r[3];
-  if (n > 0) reduce_dbias_kernel<Element><<<elementwise_grid(n, 256), 256, 0, stream>>>(p);
-  return cuda_status(cudaGetLastError(), "dbias reduction");
-}
 
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>
 Status launch_backward(const BwdParams& p, cudaStream_t stream) {
@@ -166,18 +56,6 @@ Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
   return backward_epilogue<Element>(p, stream);
 }
 
-// The rows whose one kernel adds dQ to an fp32 workspace with atomics: the workspace zeroed (by
-// the delta kernel), launch_kernel(), then dQ written from the workspace.
-template <class Element, class LaunchKernel>
-Status launch_backward_dq_atomics(const BwdParams& p, cudaStream_t stream, LaunchKernel&& launch_kernel) {
-  if (Status s = backward_prologue<Element>(p, true, stream, &p.dq_accum); !s.ok()) return s;
-  if (Status s = launch_kernel(); !s.ok()) return s;
-  finish_gradient<Element>(p.dq_accum, p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim,
-                           p.scale, stream);
-  if (Status s = cuda_status(cudaGetLastError(), "dQ conversion"); !s.ok()) return s;
-  return backward_epilogue<Element>(p, stream);
-}
-
 // The one-kernel rows: dK/dV as above, dQ by the same kernel (no dQ kernel).
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>
 Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
@@ -185,29 +63,6 @@ Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
     return launch_grid(dkdv_kernel<DkdvTraits, kFeatures, DqWrite::atomic>, DkdvTraits::kThreads,
                        DkdvSmem<DkdvTraits, kFeatures, DqWrite::atomic>::kBytes, p.num_kv_blocks, 0, p, stream);
   });
-}
-
-// The one-pass rows (bwd_fused_kernel.hpp), with the split tiles' arrival counts zeroed first.
-// The wgmma rows stage dQ swizzled and add it as one block (GradAccum::swizzled) where the
-// workspace's rows are the tile's width.
-template <class Traits, unsigned kFeatures>
-Status launch_backward_fused(const BwdParams& params, cudaStream_t stream) {
-  BwdParams p = params;
-  p.dq_accum.swizzled = Traits::Gemms::kBulkDq && p.dq_accum.ld == Traits::kHeadDim;
-  return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
-    if (p.kv_split_parts > 1) {
-      const std::size_t bytes = std::size_t(p.num_kv_blocks - p.kv_split_first) * sizeof(int);
-      if (Status s = cuda_status(cudaMemsetAsync(p.kv_split_arrivals, 0, bytes, stream), "split tiles' counts"); !s.ok())
-        return s;
-    }
-    return launch_split(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, FusedBwdSmem<Traits, kFeatures>::kBytes,
-                        Traits::kHeadSplit, p.kv_work_items, 0, p, stream);
-  });
-}
-
-template <class Traits, unsigned kFeatures>
-Status backward_fused_resources(KernelResources* r) {
-  return resources(fused_bwd_kernel<Traits, kFeatures>, Traits::kThreads, FusedBwdSmem<Traits, kFeatures>::kBytes, r);
 }
 
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>

@@ -12,14 +12,14 @@
 #include <cute/tensor.hpp>
 
 #include "core/mask.hpp"
-#include "cuda/fwd_params.hpp"
-#include "cuda/sm80/epilogue.hpp"
-#include "cuda/sm80/fragments.hpp"
-#include "cuda/sm80/fwd_common.hpp"
+#include "cuda/common/epilogue.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/score_mods.hpp"
+#include "cuda/common/softmax.hpp"
+#include "cuda/common/tile_scheduler.hpp"
 #include "cuda/sm80/fwd_traits.hpp"
-#include "cuda/sm80/score_mods.hpp"
-#include "cuda/sm80/softmax.hpp"
-#include "cuda/tile_scheduler.hpp"
 
 namespace memattn::cuda::sm80 {
 

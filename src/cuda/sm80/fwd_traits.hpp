@@ -6,15 +6,11 @@
 
 #include <type_traits>
 
+#include "cuda/common/fwd_common.hpp"
+
 namespace memattn::cuda::sm80 {
 
 using namespace cute;
-
-// How a kernel moves tiles between global and shared memory.
-enum class Loads {
-  vector16,  // 16-byte cp.async: rows and head dims must be multiples of 8 elements, 16-byte aligned
-  element,   // one element per access: any head dim, stride and alignment
-};
 
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, Loads kLoads_, int kMinCtas_ = 1>
 struct FwdTraits {

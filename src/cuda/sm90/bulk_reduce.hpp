@@ -1,5 +1,5 @@
 // Bulk reductions from shared memory into global memory (the TMA unit's cp.reduce.async.bulk),
-// sm_90 only: the wgmma one-pass backward's dQ tile leaves the CTA this way (bwd_fused_kernel.hpp).
+// sm_90 only: the wgmma one-pass backward's dQ tile leaves the CTA this way (one_pass_bwd_kernel.hpp).
 //
 // The issuing thread tracks its reductions as bulk groups: it commits after issuing, and waits for
 // the reads of its groups before the source may be written again. Shared-memory writes by any

@@ -1,5 +1,5 @@
 // The one-pass backward's five GEMMs on sm_90a's warpgroup MMA (wgmma), every operand read from
-// shared memory by the tensor cores (FusedBwdTraits with GemmKind::wgmma; family-90 rows only).
+// shared memory by the tensor cores (OnePassBwdTraits with GemmKind::wgmma; family-90 rows only).
 //
 // Why: with mma.sync each warp copies both operands of every GEMM into registers by ldmatrix
 // (the D = 256 row: ~40% of the step's stall samples sit in the S / dP and dK / dV GEMMs, MIO

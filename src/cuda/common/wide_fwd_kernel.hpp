@@ -1,4 +1,4 @@
-// The sm80 forward kernel for wide heads (D, Dv up to kHeadDim = 512, or 1024 split over a pair
+// The forward kernel for wide heads (D, Dv up to kHeadDim = 512, or 1024 split over a pair
 // of CTAs on sm_90) with the output in registers.
 //
 // The global-accumulator rows serve any head dim, but their fp32 output crosses L2 once per key
@@ -20,17 +20,17 @@
 #include <cmath>
 
 #include "core/mask.hpp"
-#include "cuda/fwd_params.hpp"
-#include "cuda/sm80/epilogue.hpp"
-#include "cuda/sm80/fragments.hpp"
-#include "cuda/sm80/fwd_common.hpp"
-#include "cuda/sm80/fwd_wide_traits.hpp"
-#include "cuda/sm80/score_mods.hpp"
-#include "cuda/sm80/softmax.hpp"
+#include "cuda/common/epilogue.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/score_mods.hpp"
+#include "cuda/common/softmax.hpp"
+#include "cuda/common/tile_scheduler.hpp"
+#include "cuda/common/wide_fwd_traits.hpp"
 #include "cuda/sm90/cluster.hpp"
-#include "cuda/tile_scheduler.hpp"
 
-namespace memattn::cuda::sm80 {
+namespace memattn::cuda {
 
 using namespace cute;
 
@@ -255,4 +255,4 @@ __global__ void __launch_bounds__(Traits::kThreads) forward_wide_kernel(const __
   if constexpr (kSplit > 1) sm90::finish_exchanges();
 }
 
-}  // namespace memattn::cuda::sm80
+}  // namespace memattn::cuda

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-namespace memattn::cuda::sm80 {
+namespace memattn::cuda {
 
 using namespace cute;
 
@@ -150,4 +150,4 @@ struct OnlineSoftmax {
   }
 };
 
-}  // namespace memattn::cuda::sm80
+}  // namespace memattn::cuda

@@ -9,11 +9,11 @@
 
 #include "core/mask.hpp"
 #include "core/philox.hpp"
-#include "cuda/fwd_params.hpp"
-#include "cuda/sm80/fwd_common.hpp"
-#include "cuda/sm80/fragments.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/fwd_params.hpp"
 
-namespace memattn::cuda::sm80 {
+namespace memattn::cuda {
 
 using namespace cute;
 
@@ -502,4 +502,4 @@ __device__ __forceinline__ bool dropout_keeps(const FwdParams& p, std::uint64_t 
   return detail::philox_word(detail::dropout_words(key, bh, i, j), int(j & 3)) >= key.threshold;
 }
 
-}  // namespace memattn::cuda::sm80
+}  // namespace memattn::cuda

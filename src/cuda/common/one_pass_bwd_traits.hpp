@@ -1,4 +1,4 @@
-// Compile-time shape of the sm80 one-pass backward (bwd_fused_kernel.hpp): a CTA owns kBlockN
+// Compile-time shape of the one-pass backward (one_pass_bwd_kernel.hpp): a CTA owns kBlockN
 // keys and steps through the queries kBlockM at a time; its warps form a different grid for each
 // of the three GEMM shapes, so that no warp reads a whole operand tile from shared memory:
 //   S = Q K^T, dP = dO V^T   (queries x keys)     kWarpsSdp  = queries x keys warps
@@ -11,12 +11,12 @@
 
 #include <type_traits>
 
-#include "cuda/sm80/fragments.hpp"
-#include "cuda/sm80/fwd_traits.hpp"
-#include "cuda/sm80/swizzled_tiles.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/swizzled_tiles.hpp"
 #include "cuda/sm90/one_pass_gemms.hpp"
 
-namespace memattn::cuda::sm80 {
+namespace memattn::cuda {
 
 using namespace cute;
 
@@ -29,7 +29,7 @@ using namespace cute;
 // from shared memory, family-90 rows); the accumulators hold the same rows per thread either way.
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kHeadSplit_ = 1,
           GemmKind kGemms = GemmKind::mma_sync>
-struct FusedBwdTraits {
+struct OnePassBwdTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;  // per CTA: D and Dv both padded to kHeadDim * kHeadSplit
   static constexpr int kHeadSplit = kHeadSplit_;  // CTAs of a cluster that share the head dim
@@ -167,4 +167,4 @@ struct FusedBwdTraits {
   static constexpr int kSmemElemsP = int(cosize_v<SmemLayoutP>);
 };
 
-}  // namespace memattn::cuda::sm80
+}  // namespace memattn::cuda

@@ -1,4 +1,4 @@
-// The shared-memory and copy vocabulary of the sm80 kernels whose head dims are multiples of 64
+// The shared-memory and copy vocabulary of the kernels whose head dims are multiples of 64
 // (the one-pass backward, the wide-head forward): tiles of 64-element rows with an XOR swizzle
 // over 16-byte chunks, so that ldmatrix, ldmatrix.trans and cp.async see no bank conflicts; the
 // m16n8k16 MMA of the element type; and 16-byte copies between global and shared memory.
@@ -8,7 +8,7 @@
 
 #include <type_traits>
 
-namespace memattn::cuda::sm80 {
+namespace memattn::cuda {
 
 using namespace cute;
 
@@ -49,4 +49,4 @@ struct SwizzledTiles {
                                              Layout<Shape<_1, Int<kLoadElems>>>{}));
 };
 
-}  // namespace memattn::cuda::sm80
+}  // namespace memattn::cuda

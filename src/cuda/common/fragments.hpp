@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace memattn::cuda::sm80 {
+namespace memattn::cuda {
 
 using namespace cute;
 
@@ -191,4 +191,4 @@ __device__ __forceinline__ void gemm_reg_smem(const TiledMma& mma, const RegA& r
   }
 }
 
-}  // namespace memattn::cuda::sm80
+}  // namespace memattn::cuda

@@ -4,11 +4,11 @@
 
 #include <cute/tensor.hpp>
 
-#include "cuda/fwd_params.hpp"
-#include "cuda/sm80/fragments.hpp"
-#include "cuda/tile_scheduler.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/tile_scheduler.hpp"
 
-namespace memattn::cuda::sm80 {
+namespace memattn::cuda {
 
 using namespace cute;
 
@@ -45,4 +45,4 @@ __device__ __forceinline__ void store_tile(const TiledMma& mma, const Frag& frag
                    rows, cols);
 }
 
-}  // namespace memattn::cuda::sm80
+}  // namespace memattn::cuda

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/philox.hpp"  // MEMATTN_HD
-#include "cuda/fwd_params.hpp"
+#include "cuda/common/fwd_params.hpp"
 
 namespace memattn::cuda {
 
@@ -13,7 +13,7 @@ namespace memattn::cuda {
 // head-major: element (b, row, h, c) at ((b * heads + h) * rows + row) * ld + c, ld a whole number
 // of chunks, so that the rows of one head follow each other ld floats apart (a tile of a head's
 // rows is one block when ld is the tile's width: the one-pass rows add dQ to it at constant
-// offsets, bwd_fused_kernel.hpp).
+// offsets, one_pass_bwd_kernel.hpp).
 // `swizzled`: within each 256-byte group of a row, row r's 32-byte granules lie XOR (r % 8) (row
 // r of its (b, h)): the wgmma one-pass rows stage dQ that way, conflict-free, and add the staged
 // tile as one block (only with ld a multiple of 64).

@@ -1,4 +1,4 @@
-// Compile-time shape of the sm80 wide-head forward (fwd_wide_kernel.hpp): head dims above 256
+// Compile-time shape of the wide-head forward (wide_fwd_kernel.hpp): head dims above 256
 // with the output accumulator in registers, split over the warps along the head dim.
 //
 // A CTA owns kBlockM query rows and walks the key tiles of kBlockN keys. Its warps form two grids:
@@ -25,12 +25,12 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/sm80/fwd_traits.hpp"
-#include "cuda/sm80/fragments.hpp"
-#include "cuda/sm80/swizzled_tiles.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/swizzled_tiles.hpp"
 #include "cuda/sm90/wide_gemms.hpp"
 
-namespace memattn::cuda::sm80 {
+namespace memattn::cuda {
 
 using namespace cute;
 
@@ -117,4 +117,4 @@ struct WideFwdTraits {
   static constexpr int kSmemBytes = kHeadSplit > 1 ? kBarrierOffset + 2 * int(sizeof(std::uint64_t)) : kExchangeOffset;
 };
 
-}  // namespace memattn::cuda::sm80
+}  // namespace memattn::cuda

@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "core/mask.hpp"
-#include "cuda/fwd_params.hpp"
-#include "cuda/work_order.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/work_order.hpp"
 
 namespace memattn::cuda {
 

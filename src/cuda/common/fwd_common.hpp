@@ -1,4 +1,4 @@
-// Pieces both sm80 forward kernels use: feature flags, typed pointers, rows that see no key.
+// Pieces the forward kernels of both families use: feature flags, typed pointers, rows that see no key.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -6,10 +6,16 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/fwd_params.hpp"
-#include "cuda/tile_scheduler.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/tile_scheduler.hpp"
 
-namespace memattn::cuda::sm80 {
+namespace memattn::cuda {
+
+// How a kernel moves tiles between global and shared memory.
+enum class Loads {
+  vector16,  // 16-byte cp.async: rows and head dims must be multiples of 8 elements, 16-byte aligned
+  element,   // one element per access: any head dim, stride and alignment
+};
 
 // Per-launch features, so the common case carries no bias or dropout code. kBiasTile (with kBias)
 // reads the bias through a shared-memory tile loaded with 16-byte cp.async, instead of one global
@@ -107,4 +113,4 @@ __device__ void write_empty_rows(const FwdParams& p, const SequenceInfo& seq, in
           -INFINITY;
 }
 
-}  // namespace memattn::cuda::sm80
+}  // namespace memattn::cuda

@@ -1,4 +1,4 @@
-// The sm80 backward in one pass over the scores (register accumulators, head dims 64 to 512, and
+// The backward in one pass over the scores (register accumulators, head dims 64 to 512, and
 // 1024 split over a pair of CTAs on sm_90).
 //
 // One CTA owns kBlockN keys of one (sequence, kv head) and walks, for every query head of the kv
@@ -7,7 +7,7 @@
 // dK += dS^T Q into the CTA's register accumulators, and dQ = dS K added to an fp32 workspace
 // with atomics (not bit-reproducible: `deterministic` takes the two-kernel rows).
 //
-// Why this layout (FusedBwdTraits): the two-kernel rows give each warp 16 full-width rows, so
+// Why this layout (OnePassBwdTraits): the two-kernel rows give each warp 16 full-width rows, so
 // every warp reads whole Q, dO (or K, V) tiles from shared memory for each tile; ncu found their
 // shared-memory pipe at 73-87% of its peak (H100, 2026-11-22 (5)). Here every GEMM has its own
 // warp grid and each warp reads only its share, which with the single pass over S and dP (five
@@ -34,17 +34,17 @@
 #include <cmath>
 
 #include "core/mask.hpp"
-#include "cuda/bwd_params.hpp"
-#include "cuda/sm80/bwd_common.hpp"
-#include "cuda/sm80/bwd_fused_traits.hpp"
-#include "cuda/sm80/epilogue.hpp"
-#include "cuda/sm80/fragments.hpp"
-#include "cuda/sm80/fwd_common.hpp"
+#include "cuda/common/bwd_common.hpp"
+#include "cuda/common/bwd_params.hpp"
+#include "cuda/common/epilogue.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/one_pass_bwd_traits.hpp"
+#include "cuda/common/tile_scheduler.hpp"
 #include "cuda/sm90/bulk_reduce.hpp"
 #include "cuda/sm90/cluster.hpp"
-#include "cuda/tile_scheduler.hpp"
 
-namespace memattn::cuda::sm80 {
+namespace memattn::cuda {
 
 using namespace cute;
 
@@ -58,7 +58,7 @@ using namespace cute;
 // (sm90::PartialSums) are the dQ stage's memory (free from a step's start to its dQ GEMM; the CTA
 // releases the slots after its dQ flush), and the exchange's barriers follow the rest.
 template <class Traits, unsigned kFeatures>
-struct FusedBwdSmem {
+struct OnePassBwdSmem {
   static constexpr int kK = 0;
   static constexpr int kV = kK + Traits::kSmemElemsKV;
   static constexpr int kQ = kV + Traits::kSmemElemsKV;
@@ -368,7 +368,7 @@ template <class Traits, unsigned kFeatures>
 __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const KvTilePart& part, char* smem,
                                int& exchanges) {
   using Element = typename Traits::Element;
-  using Smem = FusedBwdSmem<Traits, kFeatures>;
+  using Smem = OnePassBwdSmem<Traits, kFeatures>;
   constexpr int kQueries = Traits::kBlockM, kKeys = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   static_assert(kQueries <= Traits::kThreads, "one thread per query row stages the row statistics");
   constexpr int kSplit = Traits::kHeadSplit;
@@ -620,7 +620,7 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
     pending.add_all();
   }
   cp_async_wait<0>();       // K and V, when no step ran
-  if constexpr (kBulkDq) {  // the last step's dQ; fused_bwd_kernel waits for its reads before the next item
+  if constexpr (kBulkDq) {  // the last step's dQ; one_pass_bwd_kernel waits for its reads before the next item
     Gemms::publish_smem_writes();
     __syncthreads();
     issue_bulk_dq();
@@ -639,9 +639,9 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
 }
 
 template <class Traits, unsigned kFeatures>
-__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) fused_bwd_kernel(const __grid_constant__ BwdParams p) {
+__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) one_pass_bwd_kernel(const __grid_constant__ BwdParams p) {
   extern __shared__ __align__(128) char smem[];
-  using Smem = FusedBwdSmem<Traits, kFeatures>;
+  using Smem = OnePassBwdSmem<Traits, kFeatures>;
   constexpr int kSplit = Traits::kHeadSplit;  // > 1: clusters of kSplit CTAs take the work items together
   int exchanges = 0;
   if constexpr (kSplit > 1)
@@ -656,4 +656,4 @@ __global__ void __launch_bounds__(Traits::kThreads, Traits::kMinBlocksPerSm) fus
   if constexpr (kSplit > 1) sm90::finish_exchanges();
 }
 
-}  // namespace memattn::cuda::sm80
+}  // namespace memattn::cuda

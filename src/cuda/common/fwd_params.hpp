@@ -42,7 +42,7 @@ struct FwdParams {
   std::uint32_t seed_lo, seed_hi, dropout_offset;
 
   // Large head dims: the fp32 output accumulator in global memory, per CTA slot, in MMA-fragment
-  // order (see sm80/fwd_global_acc.hpp).
+  // order (see sm80/fwd_global_kernel.hpp).
   float* o_accum;
   std::int64_t o_accum_slot_elems;
 

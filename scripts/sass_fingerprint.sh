@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Fingerprints the machine code of every kernel-table row, to show that a refactor (a move, a
+# rename, an enum for a bool) left the kernels unchanged. Builds the library only (every row, no
+# tests, no CLI) into BUILD_DIR, then writes one line per device function of each row's object
+# file: row, arch, instruction count and the hash of its SASS, with the function's name left out
+# (so renamed namespaces and types compare equal). Run on the GPU machine with .deps carried:
+#   scripts/sass_fingerprint.sh OUT_FILE [extra CMake arguments]
+# and compare two outputs with scripts/sass_compare.py.
+set -euo pipefail
+out=${1:?output file}
+shift
+build=${BUILD_DIR:-build-sass}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_ENABLE_CUDA=ON \
+  -DMEMATTN_DEPS_DIR="$PWD/.deps" -DMEMATTN_KERNELS=all -DMEMATTN_SM80_SASS=90 -DMEMATTN_SM80_PTX=OFF \
+  -DMEMATTN_BUILD_CLI=OFF -DMEMATTN_BUILD_TESTS=OFF -DMEMATTN_BUILD_PYTHON=OFF "$@" >/dev/null
+cmake --build "$build" --target memattn -j "$(nproc)" >"$build/sass_build.log" 2>&1 ||
+  { tail -n 40 "$build/sass_build.log"; exit 1; }
+find "$build" -path '*generated*' -name '*.cu.o' | sort | while read -r obj; do
+  echo "== $(basename "$obj" .cu.o)"
+  cuobjdump -sass "$obj"
+done | python3 "$(dirname "$0")/sass_compare.py" --fingerprint >"$out"
+echo "sass_fingerprint: $(cut -d' ' -f1 "$out" | sort -u | wc -l) rows, $(wc -l <"$out") functions -> $out"

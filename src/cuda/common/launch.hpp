@@ -1,0 +1,91 @@
+// Host-side launch helpers every kernel family uses: CUDA errors as Status, the dynamic
+// shared-memory opt-in, one-dimensional grids (CTAs stride over work items past gridDim.x's
+// limit), cluster launches, and the resource report of a kernel.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/kernel_table.hpp"
+#include "memattn/status.hpp"
+
+namespace memattn::cuda {
+
+inline Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return {StatusCode::device_error, std::string(what) + ": " + cudaGetErrorString(e)};
+}
+
+template <class Kernel>
+Status allow_dynamic_smem(Kernel kernel, int smem) {
+  return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                     "cudaFuncSetAttribute");
+}
+
+// One CTA per work item, up to `cap` CTAs (0: no cap); past gridDim.x's limit the CTAs stride
+// over the rest.
+template <class Kernel, class Params>
+Status launch_grid(Kernel kernel, int threads, int smem, std::int64_t work_items, std::int64_t cap, const Params& p,
+                   cudaStream_t stream) {
+  if (Status s = allow_dynamic_smem(kernel, smem); !s.ok()) return s;
+  std::int64_t grid = cap > 0 ? std::min<std::int64_t>(cap, work_items) : work_items;
+  grid = std::min<std::int64_t>(grid, kMaxGridCtas);
+  if (grid == 0) return Status::Ok();
+  kernel<<<unsigned(grid), threads, smem, stream>>>(p);
+  return cuda_status(cudaGetLastError(), "kernel launch");
+}
+
+template <class Kernel>
+Status launch(Kernel kernel, int threads, int smem, const FwdParams& p, cudaStream_t stream) {
+  return launch_grid(kernel, threads, smem, p.num_blocks, p.grid_ctas, p, stream);
+}
+
+template <class Kernel>
+Status resources(Kernel kernel, int threads, int smem, KernelResources* r) {
+  cudaFuncAttributes attr{};
+  if (Status s = cuda_status(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes"); !s.ok()) return s;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  r->threads = threads;
+  r->registers = attr.numRegs;
+  r->local_bytes = int(attr.localSizeBytes);
+  r->smem_bytes = int(attr.sharedSizeBytes) + smem;
+  return cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r->blocks_per_sm, kernel, threads, smem),
+                     "occupancy");
+}
+
+// Clusters of `cluster` CTAs (sm_90), one cluster per work item; past gridDim.x's limit the
+// clusters stride over the rest.
+template <class Kernel, class Params>
+Status launch_clusters(Kernel kernel, int threads, int smem, int cluster, std::int64_t work_items, const Params& p,
+                       cudaStream_t stream) {
+  if (Status s = allow_dynamic_smem(kernel, smem); !s.ok()) return s;
+  const std::int64_t clusters = std::min<std::int64_t>(work_items, kMaxGridCtas / cluster);
+  if (clusters == 0) return Status::Ok();
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = unsigned(cluster);
+  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(clusters * cluster));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = std::size_t(smem);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cuda_status(cudaLaunchKernelEx(&config, kernel, p), "cluster launch");
+}
+
+// One CTA per work item (launch_grid, up to `cap` CTAs), or with `split` > 1 one cluster of `split`
+// CTAs per work item (the rows that split the head dim; `cap` does not apply).
+template <class Kernel, class Params>
+Status launch_split(Kernel kernel, int threads, int smem, int split, std::int64_t work_items, std::int64_t cap,
+                    const Params& p, cudaStream_t stream) {
+  if (split > 1) return launch_clusters(kernel, threads, smem, split, work_items, p, stream);
+  return launch_grid(kernel, threads, smem, work_items, cap, p, stream);
+}
+
+}  // namespace memattn::cuda
