@@ -5,7 +5,7 @@
 # compiled row, then GPU_TESTS: "binary:gtest-filter ..."), and times every line of AB_FILE
 # (`pass "ROWS" memattn-run flags`, scripts/ab_rows.sh) with both binaries, base first. With
 # PROFILE_FILE, ncu then reads the patched build's rows (scripts/profile_rows.sh). Logs go to $OUT.
-#   PATCH=x.patch AB_FILE=bench/ab/x.txt scripts/device_patch_ab.sh
+#   PATCH=/tmp/x.patch AB_FILE=/tmp/ab.txt BASE_FILTER=REGEX PATCH_FILTER=REGEX scripts/device_patch_ab.sh
 set -uo pipefail
 out=${OUT:-/tmp/memattn-patch-ab}
 mkdir -p "$out"
