@@ -15,8 +15,14 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_ENABLE_CUDA
   -DMEMATTN_BUILD_CLI=OFF -DMEMATTN_BUILD_TESTS=OFF -DMEMATTN_BUILD_PYTHON=OFF "$@" >/dev/null
 cmake --build "$build" --target memattn -j "$(nproc)" >"$build/sass_build.log" 2>&1 ||
   { tail -n 40 "$build/sass_build.log"; exit 1; }
-find "$build" -path '*generated*' -name '*.cu.o' | sort | while read -r obj; do
-  echo "== $(basename "$obj" .cu.o)"
-  cuobjdump -sass "$obj"
-done | python3 "$(dirname "$0")/sass_compare.py" --fingerprint >"$out"
+dumps=$(mktemp -d)
+find "$build" -path '*generated*' -name '*.cu.o' | sort >"$dumps/objects"
+# One cuobjdump per object, all cores; then the dumps in a fixed order.
+xargs -P "$(nproc)" -I{} sh -c 'cuobjdump -sass "$1" >"$2/$(basename "$1" .cu.o).sass"' _ {} "$dumps" <"$dumps/objects"
+while read -r obj; do
+  row=$(basename "$obj" .cu.o)
+  echo "== $row"
+  cat "$dumps/$row.sass"
+done <"$dumps/objects" | python3 "$(dirname "$0")/sass_compare.py" --fingerprint >"$out"
+rm -rf "$dumps"
 echo "sass_fingerprint: $(cut -d' ' -f1 "$out" | sort -u | wc -l) rows, $(wc -l <"$out") functions -> $out"
