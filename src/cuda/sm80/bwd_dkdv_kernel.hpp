@@ -7,11 +7,6 @@
 // forward's building blocks with the roles of queries and keys swapped. The traits are the
 // forward's with kBlockM = keys per CTA and kBlockN = queries per step. A CTA owns its dK and dV
 // rows and sums the group's heads itself: no atomics, deterministic.
-//
-// With DqWrite::atomic the kernel also computes dQ += dS K for each tile (dS^T goes through shared
-// memory to be read back transposed) and adds it to an fp32 workspace with atomics, 32 head-dim
-// columns at a time, and writes dbias: the whole backward in one kernel, without the dQ kernel's
-// second pass over S and dP, but not bit-reproducible (the atomics' order varies).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -29,61 +24,18 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// Who writes dQ: the separate dQ kernel (deterministic), or this kernel with fp32 atomics.
-enum class DqWrite { own_kernel, atomic };
-
-// Shared memory of the dK/dV kernel: K, V, Q, dO tiles, dS^T (DqWrite::atomic), the query tile's
-// LSE and delta, and (kBiasTile rows) the bias of the (query tile, key tile), queries as rows.
-template <class Traits, unsigned kFeatures, DqWrite kDq = DqWrite::own_kernel>
+// Shared memory of the dK/dV kernel: K, V, Q, dO tiles, the query tile's LSE and delta, and
+// (kBiasTile rows) the bias of the (query tile, key tile), queries as rows.
+template <class Traits, unsigned kFeatures>
 struct DkdvSmem {
   static constexpr bool kTileBias = tiles_bias(kFeatures);
   using BiasTile = BiasTileShape<Traits::kBlockN, Traits::kBlockM>;
-  static constexpr int kScoreElems = kDq == DqWrite::atomic ? int(cosize_v<typename Traits::SmemLayoutScores>) : 0;
-  static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * Traits::kSmemElemsKV + kScoreElems;
+  static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * Traits::kSmemElemsKV;
   static constexpr int kBiasOffset = kElems * int(sizeof(typename Traits::Element)) + 2 * Traits::kBlockN * 4;
   static constexpr int kBytes = kBiasOffset + (kTileBias ? BiasTile::kBytes : 0);
 };
 
-// dQ (rows m0.., head h) += dS K, with dS^T (keys x queries) in sdSt and K in sK, in chunks of
-// kDqChunk head-dim columns, each chunk's fp32 accumulator added to the workspace with atomics.
-template <class Traits, class TiledMma>
-__device__ __forceinline__ void add_dq_atomic(const BwdParams& p, const TiledMma& mma, typename Traits::Element* smem_dst,
-                                              typename Traits::Element* smem_k, std::int64_t batch, std::int64_t q_row,
-                                              int h, int rows) {
-  constexpr int kQueries = Traits::kBlockN, kKeys = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
-  constexpr int kDqChunk = 32;
-  static_assert(kHeadDim % kDqChunk == 0);
-  Tensor sdS = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutScoresT{});  // (queries, keys)
-  Tensor sKt = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutQt{});         // (head dim, keys)
-  auto thr_mma = mma.get_thread_slice(threadIdx.x);
-  auto at_copy = make_tiled_copy_A(typename Traits::SmemToRegAtomTransposed{}, mma);
-  auto bt_copy = make_tiled_copy_B(typename Traits::SmemToRegAtomTransposed{}, mma);
-  auto at_thr = at_copy.get_thread_slice(threadIdx.x);
-  auto bt_thr = bt_copy.get_thread_slice(threadIdx.x);
-  Tensor rdS = thr_mma.partition_fragment_A(sdS);
-  copy(at_copy, at_thr.partition_S(sdS), at_thr.retile_D(rdS));
-  const auto chunk_shape = make_shape(Int<kQueries>{}, Int<kDqChunk>{});
-  Tensor coord = thr_mma.partition_C(make_identity_tensor(chunk_shape));  // (query, column in chunk)
-  float* base = accum_row(p.dq_accum, batch, q_row, h);
-  const std::int64_t row_ld = p.dq_accum.ld;
-  CUTE_UNROLL
-  for (int c0 = 0; c0 < kHeadDim; c0 += kDqChunk) {
-    if (c0 >= p.head_dim) break;
-    Tensor sB = local_tile(sKt, make_shape(Int<kDqChunk>{}, Int<kKeys>{}), make_coord(c0 / kDqChunk, 0));
-    Tensor rB = thr_mma.partition_fragment_B(sB);
-    copy(bt_copy, bt_thr.partition_S(sB), bt_thr.retile_D(rB));
-    Tensor acc = partition_fragment_C(mma, chunk_shape);
-    clear(acc);
-    gemm(mma, rdS, rB, acc);
-    CUTE_UNROLL
-    for (int e = 0; e < size(acc); ++e) {
-      const int row = get<0>(coord(e)), col = c0 + get<1>(coord(e));
-      if (row < rows && col < p.head_dim) atomicAdd(base + row * row_ld + col, acc(e));
-    }
-  }
-}
-
-template <class Traits, unsigned kFeatures, DqWrite kDq = DqWrite::own_kernel>
+template <class Traits, unsigned kFeatures>
 __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem) {
   using Element = typename Traits::Element;
   constexpr int kKeys = Traits::kBlockM, kQueries = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
@@ -107,9 +59,8 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
   Element* smem_v = smem_k + Traits::kSmemElemsQ;
   Element* smem_q = smem_v + Traits::kSmemElemsQ;
   Element* smem_do = smem_q + Traits::kSmemElemsKV;
-  Element* smem_dst = smem_do + Traits::kSmemElemsKV;  // dS^T (DqWrite::atomic only)
-  using Smem = DkdvSmem<Traits, kFeatures, kDq>;
-  float* lse2 = reinterpret_cast<float*>(smem_dst + Smem::kScoreElems);
+  using Smem = DkdvSmem<Traits, kFeatures>;
+  float* lse2 = reinterpret_cast<float*>(smem_do + Traits::kSmemElemsKV);
   float* delta = lse2 + kQueries;
   char* smem_bias = smem + Smem::kBiasOffset;
   const bool tile_bias = Smem::kTileBias && p.bias != nullptr;
@@ -200,10 +151,9 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
       }
       const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
       const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
-      constexpr bool kAtomicDq = kDq == DqWrite::atomic;  // then this kernel writes dbias too
       const SharedBias shared_bias{tile_bias ? smem_bias : nullptr, Smem::BiasTile::kPitch};
-      gradient_tile<Element, kFeatures, true, kAtomicDq>(p, rule, origin, masked, acc_st, acc_dpt, tScS, lse2, delta,
-                                                         shared_bias);
+      gradient_tile<Element, kFeatures, true, false>(p, rule, origin, masked, acc_st, acc_dpt, tScS, lse2, delta,
+                                                     shared_bias);
 
       // dV += (P Z)^T dO and dK += dS^T Q, the transposed tiles reused from registers.
       Tensor p_frag = convert_fragment<Element>(acc_st);
@@ -216,15 +166,6 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
         gemm(mma, rPt(_, _, kk), rdOt(_, _, kk), acc_dv);
         copy(bt_copy, sQt_s2r(_, _, kk), rQt_view(_, _, kk));
         gemm(mma, rdSt(_, _, kk), rQt(_, _, kk), acc_dk);
-      }
-      if constexpr (kAtomicDq) {
-        // Everyone is past this tile's first barrier, so the previous tile's dS^T reads are done.
-        Tensor sdSt = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutScores{});
-        auto r2s = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma);
-        auto r2s_thr = r2s.get_thread_slice(tid);
-        copy(r2s, r2s_thr.retile_S(ds_frag), r2s_thr.partition_D(sdSt));
-        __syncthreads();
-        add_dq_atomic<Traits>(p, mma, smem_dst, smem_k, seq.batch, q_row0 + m0, h, rows);
       }
     }
   }
@@ -242,11 +183,11 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
       cute::make_tensor(make_gmem_ptr(dv_ptr), tile_kv, make_stride(p.dv_row_stride, _1{})), keys, p.head_dim_v);
 }
 
-template <class Traits, unsigned kFeatures, DqWrite kDq = DqWrite::own_kernel>
+template <class Traits, unsigned kFeatures>
 __global__ void __launch_bounds__(Traits::kThreads) dkdv_kernel(const __grid_constant__ BwdParams p) {
   extern __shared__ __align__(128) char smem[];
   for (std::int64_t index = blockIdx.x; index < p.num_kv_blocks; index += gridDim.x) {
-    dkdv_tile<Traits, kFeatures, kDq>(p, decode_kv_work(p, index), smem);
+    dkdv_tile<Traits, kFeatures>(p, decode_kv_work(p, index), smem);
     __syncthreads();
   }
 }

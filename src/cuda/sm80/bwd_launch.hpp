@@ -56,21 +56,6 @@ Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
   return backward_epilogue<Element>(p, stream);
 }
 
-// The one-kernel rows: dK/dV as above, dQ by the same kernel (no dQ kernel).
-template <class DqTraits, class DkdvTraits, unsigned kFeatures>
-Status launch_backward_atomic(const BwdParams& p, cudaStream_t stream) {
-  return launch_backward_dq_atomics<typename DkdvTraits::Element>(p, stream, [&] {
-    return launch_grid(dkdv_kernel<DkdvTraits, kFeatures, DqWrite::atomic>, DkdvTraits::kThreads,
-                       DkdvSmem<DkdvTraits, kFeatures, DqWrite::atomic>::kBytes, p.num_kv_blocks, 0, p, stream);
-  });
-}
-
-template <class DqTraits, class DkdvTraits, unsigned kFeatures>
-Status backward_atomic_resources(KernelResources* r) {
-  return resources(dkdv_kernel<DkdvTraits, kFeatures, DqWrite::atomic>, DkdvTraits::kThreads,
-                   DkdvSmem<DkdvTraits, kFeatures, DqWrite::atomic>::kBytes, r);
-}
-
 // The tensor-core global-accumulator rows: both kernels on grids capped at the CTAs that fit at
 // once, each CTA with its workspace slot.
 template <class Traits, unsigned kFeatures>

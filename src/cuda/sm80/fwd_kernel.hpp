@@ -226,8 +226,9 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
       cute::make_tensor(make_gmem_ptr(o_ptr), tile_q, make_stride(p.o_row_stride, _1{})), erows, p.head_dim_v);
 }
 
+// The minimum of one CTA per SM is spelled out: leaving it out changes the generated code.
 template <class Traits, unsigned kFeatures>
-__global__ void __launch_bounds__(Traits::kThreads, Traits::kMinCtasPerSm) forward_kernel(const __grid_constant__ FwdParams p) {
+__global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(const __grid_constant__ FwdParams p) {
   extern __shared__ __align__(128) char smem[];
   for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
     forward_tile<Traits, kFeatures>(p, decode_work(p, index), smem);

@@ -12,7 +12,7 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, Loads kLoads_, int kMinCtas_ = 1>
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, Loads kLoads_>
 struct FwdTraits {
   using Element = Element_;
   static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
@@ -23,9 +23,6 @@ struct FwdTraits {
   static constexpr int kWarps = kWarps_;
   static constexpr int kThreads = kWarps * 32;
   static constexpr Loads kLoads = kLoads_;
-  // CTAs per SM the register forward kernel is compiled for (__launch_bounds__): above 1 the
-  // compiler caps registers per thread so that they fit.
-  static constexpr int kMinCtasPerSm = kMinCtas_;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0);
 
   // Shared memory: rows of 64 (or 32) elements with an XOR swizzle over 16-byte chunks, so that
@@ -39,17 +36,6 @@ struct FwdTraits {
   // V read as the B operand of P V: the same bytes viewed as [head dim x keys].
   using SmemLayoutVt =
       decltype(composition(SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
-  // The tile held as kBlockM rows read transposed ([head dim x kBlockM]), e.g. K as the B operand
-  // of dQ = dS K in the backward's dK/dV kernel.
-  using SmemLayoutQt =
-      decltype(composition(SmemLayoutQ{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>>{}, GenRowMajor{})));
-  // A kBlockM x kBlockN tile of scores (the backward's dS^T), and the same bytes viewed transposed.
-  static constexpr int kScoreRowElems = kBlockN % 64 == 0 ? 64 : 32;
-  using SmemLayoutScoresAtom = decltype(composition(Swizzle<kScoreRowElems == 64 ? 3 : 2, 3, 3>{},
-                                                    Layout<Shape<_8, Int<kScoreRowElems>>, Stride<Int<kScoreRowElems>, _1>>{}));
-  using SmemLayoutScores = decltype(tile_to_shape(SmemLayoutScoresAtom{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
-  using SmemLayoutScoresT =
-      decltype(composition(SmemLayoutScores{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, GenRowMajor{})));
 
   // Warps stack along the queries; each MMA atom is m16n8k16 with fp32 accumulation.
   using MmaOp = std::conditional_t<std::is_same_v<Element, cute::bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,

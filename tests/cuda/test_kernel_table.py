@@ -1,0 +1,110 @@
+"""Consistency of the kernel table (src/cuda/kernel_table.py), checked without a GPU.
+
+The dispatcher takes the first row that fits, so the table must always have a row that fits:
+for every dtype a row that takes any head dim, any alignment and every feature. Every row must
+be the first fitting row for some problem on some GPU: none may stand behind an earlier row that
+fits everything it fits, unless it is a fallback tile (less shared memory) for GPUs where that
+earlier row does not fit. Names must be unique (they name the generated files and
+MEMATTN_KERNEL), the reduced list that CI compiles must hold one row of every kernel kind, and
+row fields that only some kernels read must not appear on the others.
+"""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "cuda"))
+import kernel_table as kt  # noqa: E402
+
+
+def covers(a, b):
+    """Whether row a fits every problem that row b fits, on every GPU that b runs on, apart from
+    shared memory (the dispatcher's `fits`, dispatch.cpp, and `pick`'s min_queries_per_key)."""
+    return (a.pass_ == b.pass_ and a.dtype == b.dtype and a.head_dim >= b.head_dim and
+            (a.family == 80 or b.family == 90) and  # family-90 rows run on sm_90 only
+            (a.loads == "element" or b.loads == "vector16") and
+            (a.bias or not b.bias) and (a.dropout or not b.dropout) and
+            # a bias-tile row refuses a bias it cannot tile (only problems with bias have one)
+            (not a.bias_tile or b.bias_tile or not b.bias) and
+            (not a.atomics or b.atomics) and  # atomics: never with `deterministic`
+            a.min_queries_per_key <= b.min_queries_per_key)
+
+
+class KernelTable(unittest.TestCase):
+    def setUp(self):
+        self.rows = kt.all_rows() + kt.backward_rows()
+
+    def test_names_are_unique(self):
+        names = [r.name for r in self.rows]
+        self.assertEqual(len(names), len(set(names)), sorted(n for n in names if names.count(n) > 1))
+
+    def test_every_problem_has_a_row(self):
+        # Any D up to 65536, element loads (any alignment), bias and dropout.
+        for pass_ in ("fwd", "bwd"):
+            for dtype in ("bf16", "fp16", "fp32"):
+                catch_all = [r for r in self.rows
+                             if r.pass_ == pass_ and r.dtype == dtype and
+                             r.head_dim >= kt.GLOBAL_HEAD_DIM and r.loads == "element" and r.bias and r.dropout]
+                self.assertTrue(catch_all, f"{pass_} {dtype}: no row takes every problem")
+
+    def test_priority_order_is_explicit(self):
+        # No two rows of a pass and dtype tie on the sort key (the order would be the list's).
+        for pass_ in ("fwd", "bwd"):
+            for dtype in ("bf16", "fp16", "fp32"):
+                keys = [r.sort_key() for r in self.rows if r.pass_ == pass_ and r.dtype == dtype]
+                self.assertEqual(len(keys), len(set(keys)), f"{pass_} {dtype}")
+
+    def test_every_row_can_be_chosen_first(self):
+        # A row behind one that covers it is never chosen, unless it is a fallback tile: a smaller
+        # tile of the same kernel for GPUs whose shared memory the row in front does not fit.
+        for pass_ in ("fwd", "bwd"):
+            for dtype in ("bf16", "fp16", "fp32"):
+                rows = sorted((r for r in self.rows if r.pass_ == pass_ and r.dtype == dtype), key=lambda r: r.sort_key())
+                for i, b in enumerate(rows):
+                    for a in rows[:i]:
+                        if not covers(a, b):
+                            continue
+                        with self.subTest(row=b.name, behind=a.name):
+                            self.assertTrue(b.fallback, f"{b.name} is never chosen: {a.name} comes first")
+                            self.assertEqual(kt.row_kind(a), kt.row_kind(b))
+                            self.assertLess(b.block_m * b.block_n, a.block_m * a.block_n)
+
+    def test_reduced_list_holds_every_kind(self):
+        reduced = kt.reduced(self.rows)
+        self.assertEqual({kt.row_kind(r) for r in reduced}, {kt.row_kind(r) for r in self.rows if not r.fallback})
+        self.assertEqual(len(reduced), len({kt.row_kind(r) for r in reduced}))
+
+    def test_row_fields_match_their_kernels(self):
+        for r in self.rows:
+            with self.subTest(row=r.name):
+                self.assertFalse(r.experimental)  # a field of the C++ row that the table no longer sets
+                if r.wide:  # plain problems, 16-byte loads
+                    self.assertEqual((r.pass_, r.features, r.loads), ("fwd", "plain", "vector16"))
+                if r.atomics:  # dQ by atomics: only the one-pass backward
+                    self.assertTrue(r.fused)
+                if r.fused:  # never chosen with `deterministic` (the dispatcher)
+                    self.assertTrue(r.atomics and r.pass_ == "bwd" and not r.dropout)
+                if r.min_queries_per_key:
+                    self.assertTrue(r.fused)
+                if r.bias_tile:
+                    self.assertTrue(r.bias and r.loads == "vector16")
+                if r.fallback:  # right behind the default tile of its bucket and kind
+                    self.assertEqual((r.accumulator, r.loads), ("registers", "vector16"))
+                if r.head_split > 1:  # clusters (sm_90) on plain problems with 16-byte loads; the kernels
+                    # split the wide forward and the one-pass backward layouts
+                    self.assertTrue(r.family == 90 and (r.wide or r.fused) and r.head_dim % r.head_split == 0)
+                    self.assertEqual((r.features, r.loads, r.accumulator), ("plain", "vector16", "registers"))
+
+    def test_priorities_put_smaller_buckets_first(self):
+        # Within a pass and dtype, across families, a register row of a smaller bucket sorts first,
+        # so that a problem takes the tightest bucket that fits (a family-90 row of a larger bucket
+        # must not take what a family-80 row of a smaller one serves).
+        for pass_ in ("fwd", "bwd"):
+            for dtype in ("bf16", "fp16"):
+                rows = sorted((r for r in self.rows if r.pass_ == pass_ and r.dtype == dtype),
+                              key=lambda r: r.sort_key())
+                buckets = [r.head_dim for r in rows if r.accumulator == "registers"]
+                self.assertEqual(buckets, sorted(buckets), f"{pass_} {dtype}")
+
+
+if __name__ == "__main__":
+    unittest.main()
