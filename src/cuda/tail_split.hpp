@@ -3,7 +3,7 @@
 // waves the last one runs part-full while the rest of the GPU idles behind it. On the H100
 // (132 CTAs at once) 2048 tiles are 15.5 waves and 4096 are 31.03: measured, a problem with
 // 2048 tiles ran as long as one with 2112 (D = 128, S = 8192) and 4096 as long as 4224 (D = 64),
-// 2.4% and 3.4% of the time lost (bench/ab/s16_tail.sh).
+// 2.4% and 3.4% of the time lost.
 //
 // So the key tiles of the last, part-full wave are each split into `parts` CTAs along their query
 // loop (the same keys, a share of the query steps each). Every part but the last stores its dK

@@ -1,0 +1,25 @@
+// Scheduling: how a chosen row's work items meet the GPU. Three decisions, each from how many CTAs
+// of the row the GPU holds at once:
+// - the work order's groups of (sequence, head) pairs under a causal mask (work_order.hpp), sized
+//   so that a group's heaviest tiles fill the GPU, and on the backward's wgmma one-pass rows
+//   shrunk where the pairs in flight would reread more than half of L2;
+// - the one-pass backward's last-wave split (tail_split.hpp);
+// - the grid of the global-accumulator rows: one CTA per resident slot, each taking work items
+//   in turn.
+// MEMATTN_L2_GROUPS=0 and MEMATTN_TAIL_SPLIT=0 turn the first two off for comparisons.
+#pragma once
+
+#include "core/problem.hpp"
+#include "cuda/kernel_table.hpp"
+#include "memattn/attention.hpp"
+
+namespace memattn::cuda {
+
+// Fills f's work groups and (global-accumulator rows) grid CTAs; f's tile counts are set.
+Status schedule_forward(const ForwardKernel& k, const detail::Problem& p, FwdParams* f);
+
+// Fills b's work groups (query and key tiles), the last-wave split and work items, and (the
+// tensor-core global-accumulator rows) the grid CTAs; b's tile counts are set.
+Status schedule_backward(const BackwardKernel& k, const detail::Problem& p, BwdParams* b);
+
+}  // namespace memattn::cuda

@@ -1,0 +1,293 @@
+// Row selection (select.hpp): what a problem needs from a row, whether a row fits, the first row
+// in priority order that does, the per-family reasons when none does, and the rows as users see
+// them (list_kernels, describe).
+#include "cuda/select.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "cuda/backend.hpp"
+#include "cuda/workspace.hpp"
+#include "memattn/kernels.hpp"
+
+namespace memattn::cuda {
+namespace {
+
+// What a problem needs from a kernel row.
+struct Need {
+  DType dtype;
+  int head_dim;  // max(D, Dv)
+  bool bias, dropout;
+  bool aligned;  // 16-byte rows and pointers (alignment 8 elements)
+  bool bias_tileable = false;  // bias with unit column stride and 16-byte rows and pointer
+  // No dbias, or one that a bias-tile row can write: through its fp32 workspace (broadcast
+  // dimensions) or from the tile (16-bit, 16-byte rows); those rows carry no per-element dbias
+  // stores (backward).
+  bool dbias_stageable = true;
+  bool deterministic = false;  // bit-reproducible results asked for (backward)
+  double queries_per_key = 0;  // visible (query, key) pairs per key (backward)
+  int compute_capability;
+  int smem_per_block = 0;  // the device's opt-in limit of shared memory per CTA, bytes
+};
+
+bool aligned16(const TensorRef& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
+  for (int d = 0; d + 1 < t.rank; ++d)
+    if (t.strides[d] % 8 != 0) return false;
+  return true;
+}
+
+int compute_capability() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major * 10 + minor;
+}
+
+int smem_per_block_optin() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return bytes;
+}
+
+// A row's shared memory per CTA (its main kernel's, as `memattn kernels --resources` reports it),
+// asked of the driver once per row. Rows sized for Hopper (up to 227 KB) do not launch on GPUs
+// that allow less (A100: 163 KB, sm_86/sm_89: 99 KB); the dispatcher passes over them there.
+template <class Row>
+int row_smem_bytes(const Row& k) {
+  static std::mutex mutex;
+  static std::map<const void*, int> bytes;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = bytes.find(&k);
+  if (found != bytes.end()) return found->second;
+  KernelResources r;
+  k.resources(&r);     // fills smem_bytes before its occupancy query, which may fail on such a GPU
+  cudaGetLastError();  // and leaves no error behind for the next launch's check
+  bytes[&k] = r.smem_bytes;
+  return r.smem_bytes;
+}
+
+Need need(const detail::Problem& p, std::initializer_list<const TensorRef*> tensors) {
+  Need n;
+  n.dtype = p.dtype;
+  n.head_dim = int(std::max(p.head_dim, p.head_dim_v));
+  n.bias = p.has_bias;
+  n.dropout = p.has_dropout();
+  n.aligned = p.head_dim % 8 == 0 && p.head_dim_v % 8 == 0 && p.dtype != DType::f32;
+  for (const TensorRef* t : tensors) n.aligned = n.aligned && aligned16(*t);
+  n.compute_capability = compute_capability();
+  n.smem_per_block = smem_per_block_optin();
+  return n;
+}
+
+// Whether the key rows of a [B, H, Mq, Mk] tensor move 16 bytes at a time: unit key stride, a
+// 16-byte aligned pointer, and 16-byte multiples for the strides of the other dimensions it
+// steps along (`steps[d]`; not those it broadcasts or has one element in).
+bool rows_tileable(const TensorRef& t, const bool (&steps)[3]) {
+  const std::int64_t esize = t.dtype == DType::f32 ? 4 : 2;
+  if (t.strides[3] != 1 || reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (steps[d] && t.strides[d] * esize % 16 != 0) return false;
+  return true;
+}
+
+// Whether the bias can be copied into shared memory 16 bytes at a time (a broadcast key
+// dimension cannot).
+bool bias_tileable(const TensorRef& bias, const detail::Problem& p) {
+  const bool steps[3] = {!p.bias_broadcast[0], !p.bias_broadcast[1], !p.bias_broadcast[2]};
+  return !p.bias_broadcast[3] && rows_tileable(bias, steps);
+}
+
+Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
+  Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
+  n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
+  return n;
+}
+
+// How many queries a key sees on average (for rows with min_queries_per_key): Mq without a mask.
+double queries_per_key(const detail::Problem& p) {
+  std::int64_t keys = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b) keys += p.sequence(b).k_len;
+  return keys > 0 ? p.visible_pairs() / (double(keys) * double(p.heads_q)) : 0.0;
+}
+
+// Whether a dense 16-bit dbias can be written 16 bytes at a time from the bias tile's shared
+// memory.
+bool dbias_tileable(const TensorRef& dbias) {
+  const bool steps[3] = {dbias.sizes[0] > 1, dbias.sizes[1] > 1, dbias.sizes[2] > 1};
+  return dbias.dtype != DType::f32 && rows_tileable(dbias, steps);
+}
+
+Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
+  Need n = need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
+  n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
+  n.dbias_stageable = !p.has_dbias || dbias_summed(p) || dbias_tileable(a.dbias);
+  n.deterministic = a.deterministic;
+  n.queries_per_key = queries_per_key(p);
+  return n;
+}
+
+// Whether a row can run a problem; when not, and `why` is given, the reason goes there (only
+// then is the text built: the dispatcher asks every row before the one it takes, on every call).
+template <class Row>
+bool fits(const Row& k, const Need& n, std::string* why) {
+  const auto no = [why](auto&& text) {
+    if (why != nullptr) *why = text();
+    return false;
+  };
+  if (n.compute_capability < (k.family == Family::sm90 ? 90 : 80))
+    return no([&] { return "needs compute capability " + std::string(k.family == Family::sm90 ? "9.0" : "8.0"); });
+  if (k.family == Family::sm90 && n.compute_capability != 90)
+    return no([] { return std::string("sm_90a code runs on Hopper only"); });
+  if (k.dtype != n.dtype) return no([&] { return std::string("dtype ") + to_string(k.dtype); });
+  if (k.max_head_dim < n.head_dim) return no([&] { return "head dims up to " + std::to_string(k.max_head_dim); });
+  if (k.alignment > 1 && !n.aligned)
+    return no([] { return std::string("needs head dims, strides and pointers aligned to 8 elements"); });
+  if (n.bias && !k.bias) return no([] { return std::string("no bias"); });
+  if (n.dropout && !k.dropout) return no([] { return std::string("no dropout"); });
+  if (n.bias && k.bias_tile && !n.bias_tileable)
+    return no([] { return std::string("bias tile needs a bias with unit key stride and 16-byte aligned rows and pointer"); });
+  if (n.bias && k.bias_tile && !n.dbias_stageable)
+    return no([] {
+      return std::string("bias tile writes a dbias without broadcast dimensions from the tile: needs it 16-bit, with "
+                         "unit key stride and 16-byte aligned rows and pointer");
+    });
+  if (n.deterministic && k.atomics) return no([] { return std::string("uses atomics (not deterministic)"); });
+  if (n.smem_per_block > 0)
+    if (const int bytes = row_smem_bytes(k); bytes > n.smem_per_block)
+      return no([&] {
+        return "needs " + std::to_string(bytes) + " bytes of shared memory per CTA (this GPU allows " +
+               std::to_string(n.smem_per_block) + ")";
+      });
+  return true;
+}
+
+// MEMATTN_KERNEL=<row name> limits the choice of its pass to that row (for experiments and
+// benchmarks of rows that would not be chosen first); unset or empty, every row competes.
+const char* forced_row() {
+  const char* name = std::getenv("MEMATTN_KERNEL");
+  return name != nullptr && *name != '\0' ? name : nullptr;
+}
+
+// The first row in priority order that runs the problem, or failing that the first that fits
+// but prefers longer sequences; with `reasons`, why each family's last refused row was refused.
+template <class Row>
+const Row* pick(const std::vector<Row>& table, const Need& n, std::map<std::string, std::string>* reasons) {
+  const char* forced = forced_row();
+  const Row* short_fallback = nullptr;
+  std::string reason;
+  std::string* why = reasons != nullptr ? &reason : nullptr;
+  for (const Row& k : table) {
+    const bool same_pass = forced != nullptr && std::strncmp(forced, k.name, 4) == 0;  // "fwd_" / "bwd_"
+    const bool is_forced = same_pass && std::strcmp(forced, k.name) == 0;
+    bool ok = fits(k, n, why);
+    if (ok && same_pass && !is_forced) {
+      ok = false;
+      if (why) *why = std::string("MEMATTN_KERNEL selects ") + forced;
+    }
+    if (ok && k.experimental && !is_forced) {
+      ok = false;
+      if (why) *why = "experimental (not yet verified on a GPU): only with MEMATTN_KERNEL=" + std::string(k.name);
+    }
+    // A preference rather than a limit: such a row runs any length when forced, or when no other
+    // row fits.
+    if (ok && n.queries_per_key < k.min_queries_per_key && !is_forced) {
+      if (short_fallback == nullptr) short_fallback = &k;
+      continue;
+    }
+    if (ok) return &k;
+    if (reasons != nullptr) (*reasons)[to_string(k.family)] = reason;
+  }
+  return short_fallback;
+}
+
+// The problem in the terms rows are chosen by, for messages.
+std::string describe(const Need& n) {
+  return std::string(to_string(n.dtype)) + ", head dim " + std::to_string(n.head_dim) + (n.bias ? ", bias" : "") +
+         (n.dropout ? ", dropout" : "") + (n.aligned ? "" : ", unaligned") + ", compute capability " +
+         std::to_string(n.compute_capability / 10) + "." + std::to_string(n.compute_capability % 10);
+}
+
+template <class Row>
+Status choose(const std::vector<Row>& table, const char* pass, const Need& n, const Row** row) {
+  if ((*row = pick(table, n, nullptr)) != nullptr) return Status::Ok();
+  std::map<std::string, std::string> reasons;  // per family: the reason of its closest row
+  pick(table, n, &reasons);
+  std::string s = std::string("backend cuda: no ") + pass + " kernel fits (" + describe(n) + ")";
+  if (table.empty()) s += std::string(": this build has no CUDA ") + pass + " kernels";
+  for (const auto& [family, reason] : reasons) s += "; " + family + " rows: " + reason;
+  return {StatusCode::unsupported, s};
+}
+
+}  // namespace
+
+Status choose_forward(const ForwardArgs& args, const detail::Problem& p, const ForwardKernel** row) {
+  return choose(forward_kernels(), "forward", forward_need(args, p), row);
+}
+
+Status choose_backward(const BackwardArgs& args, const detail::Problem& p, const BackwardKernel** row) {
+  return choose(backward_kernels(), "backward", backward_need(args, p), row);
+}
+
+const char* to_string(Family family) { return family == Family::sm90 ? "sm90" : "sm80"; }
+
+const char* to_string(Accumulator accumulator) {
+  return accumulator == Accumulator::registers ? "registers" : "global";
+}
+
+const char* to_string(Math math) {
+  return math == Math::mma ? "tensor cores" : math == Math::wgmma ? "tensor cores (wgmma)" : "FFMA";
+}
+
+template <class Params>
+std::string describe(const KernelRow<Params>& k) {
+  using std::to_string;
+  return std::string(k.name) + " (" + to_string(k.family) + ", " + to_string(k.dtype) + ", head dim <= " +
+         to_string(k.max_head_dim) + ", tile " + to_string(k.block_m) + "x" + to_string(k.block_n) + ", " +
+         to_string(k.warps) + " warps, " + to_string(k.math) + ", accumulator in " + to_string(k.accumulator) +
+         ", alignment " +
+         to_string(k.alignment) + (k.bias ? ", bias" : "") + (k.bias_tile ? " (shared-memory tile)" : "") +
+         (k.dropout ? ", dropout" : "") +
+         (k.atomics ? ", atomics" : "") +
+         (k.min_queries_per_key > 0 ? ", keys seeing >= " + to_string(k.min_queries_per_key) + " queries" : "") +
+         (k.experimental ? ", experimental" : "") + ", priority " + to_string(k.priority) + ")";
+}
+
+template std::string describe(const KernelRow<FwdParams>&);
+template std::string describe(const KernelRow<BwdParams>&);
+
+}  // namespace memattn::cuda
+
+namespace memattn {
+
+std::vector<KernelInfo> list_kernels(bool with_resources) {
+  std::vector<KernelInfo> rows;
+  const auto add = [&](const auto& k) {
+    KernelInfo info{k.name, cuda::describe(k), k.priority, {}};
+    cuda::KernelResources r;
+    if (with_resources && cuda::device_count() > 0) {
+      const Status s = k.resources(&r);
+      info.resources = s.ok() ? std::to_string(r.registers) + " registers, " + std::to_string(r.local_bytes) +
+                                    " B local (spills), " + std::to_string(r.smem_bytes / 1024) + " KiB shared, " +
+                                    std::to_string(r.blocks_per_sm) + " CTA/SM x " + std::to_string(r.threads / 32) +
+                                    " warps"
+                              : s.to_string();
+    }
+    rows.push_back(info);
+  };
+  for (const cuda::ForwardKernel& k : cuda::forward_kernels()) add(k);
+  for (const cuda::BackwardKernel& k : cuda::backward_kernels()) add(k);
+  return rows;
+}
+
+}  // namespace memattn
