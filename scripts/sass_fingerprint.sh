@@ -5,16 +5,19 @@
 # file: row, arch, instruction count and the hash of its SASS, with the function's name left out
 # (so renamed namespaces and types compare equal). Run on the GPU machine with .deps carried:
 #   scripts/sass_fingerprint.sh OUT_FILE [extra CMake arguments]
-# and compare two outputs with scripts/sass_compare.py.
+# and compare two outputs with scripts/sass_compare.py. With BUILD=0 the objects of an existing
+# build in BUILD_DIR (e.g. the harness's, configured with the same SASS options) are used as they are.
 set -euo pipefail
 out=${1:?output file}
 shift
 build=${BUILD_DIR:-build-sass}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_ENABLE_CUDA=ON \
-  -DMEMATTN_DEPS_DIR="$PWD/.deps" -DMEMATTN_KERNELS=all -DMEMATTN_SM80_SASS=90 -DMEMATTN_SM80_PTX=OFF \
-  -DMEMATTN_BUILD_CLI=OFF -DMEMATTN_BUILD_TESTS=OFF -DMEMATTN_BUILD_PYTHON=OFF "$@" >/dev/null
-cmake --build "$build" --target memattn -j "$(nproc)" >"$build/sass_build.log" 2>&1 ||
-  { tail -n 40 "$build/sass_build.log"; exit 1; }
+if [[ ${BUILD:-1} != 0 ]]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_ENABLE_CUDA=ON \
+    -DMEMATTN_DEPS_DIR="$PWD/.deps" -DMEMATTN_KERNELS=all -DMEMATTN_SM80_SASS=90 -DMEMATTN_SM80_PTX=OFF \
+    -DMEMATTN_BUILD_CLI=OFF -DMEMATTN_BUILD_TESTS=OFF -DMEMATTN_BUILD_PYTHON=OFF "$@" >/dev/null
+  cmake --build "$build" --target memattn -j "$(nproc)" >"$build/sass_build.log" 2>&1 ||
+    { tail -n 40 "$build/sass_build.log"; exit 1; }
+fi
 dumps=$(mktemp -d)
 find "$build" -path '*generated*' -name '*.cu.o' | sort >"$dumps/objects"
 # One cuobjdump per object, all cores; then the dumps in a fixed order.
