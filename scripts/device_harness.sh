@@ -4,6 +4,7 @@
 #   build     configure and build for the GPU present with all cores
 #   test      every test (CPU and GPU) through CTest
 #   gtests    chosen GPU test binaries of a filtered build: GPU_TESTS="binary:gtest-filter ..."
+#             (MEMATTN_TEST_KERNEL=ROW forces a row on the feature cases: scripts/forced_row_tests.sh)
 #   sanitize  compute-sanitizer memcheck, racecheck and synccheck on a small GPU subset
 #   run       the CLI's default problem (`memattn run --verify`) and SASS instruction counts
 #   python    pip install . (offline, for the GPU present; PIP_ARGS adds -C options) and the PyTorch
@@ -11,6 +12,8 @@
 #   bench     the benchmark suite (bench/bench.py) against PyTorch SDPA's backends (runs before
 #             `run`, whose SASS listing of every test binary takes minutes)
 #   ab        row A/Bs (scripts/ab_rows.sh), one per line of the file AB_FILE: pass "ROWS" flags
+#             (`memattn run` flags, the dispatcher's overrides --no-l2-groups and --no-tail-split
+#             among them; each row is forced with --kernel)
 #   profile   Nsight Compute (scripts/profile_rows.sh), one per line of PROFILE_FILE, same format
 # Logs and tables go to $OUT (at most 8 files come back from the device machine: summary, build,
 # tests, sanitizer, run (with the bench log), python logs, bench.md, bench.json).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nsight Compute on kernel-table rows, one problem: each named row forced with MEMATTN_KERNEL and
+# Nsight Compute on kernel-table rows, one problem: each named row forced with `--kernel ROW` and
 # run once by `memattn run --iters 0`; ncu reads the counters of the row's kernels (forward, or the
 # backward's dK/dV and dQ kernels), clocks left alone. Run on the GPU machine after a build whose
 # rows passed the tests. EXTRA_SECTIONS adds ncu sections (e.g. SourceCounters: the top stall
@@ -17,8 +17,9 @@ sections=(SpeedOfLight Occupancy LaunchStats WarpStateStats SchedulerStats Compu
   MemoryWorkloadAnalysis InstructionStats ${EXTRA_SECTIONS:-})
 for row in $rows; do
   echo "== $row $*"
-  MEMATTN_KERNEL=$row ncu --clock-control none --kernel-name-base demangled \
+  ncu --clock-control none --kernel-name-base demangled \
     --kernel-name "regex:${kernels}_(global_|simt_|fp32_|wide_)?kernel" --launch-count 2 \
-    "${sections[@]/#/--section=}" ${EXTRA_NCU_ARGS:-} "$bin" run --backend cuda --pass "$pass" --iters 0 "$@" 2>&1 |
+    "${sections[@]/#/--section=}" ${EXTRA_NCU_ARGS:-} "$bin" run --backend cuda --pass "$pass" --iters 0 \
+    --kernel "$row" "$@" 2>&1 |
     grep -vE '^==PROF==|^  *$'
 done

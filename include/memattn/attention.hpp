@@ -20,6 +20,22 @@
 
 namespace memattn {
 
+// Overrides of the CUDA dispatcher's choices, for benchmarks, A/B comparisons and debugging; the
+// defaults are the library's own choices. The kernel is checked like every argument: it must be
+// a compiled row of the call's pass (fwd_... for forward(), bwd_... for backward()), and on the
+// CPU and reference backends, which have no rows, it must be empty (an error rather than ignored,
+// so that a measurement never silently runs something other than what it names). A forced row
+// that cannot run the problem fails the call with its reason (invalid_argument); forced, a row
+// runs where the dispatcher would pass over it (experimental, or tuned for longer sequences).
+// The CPU backends make no scheduling choices and ignore the two flags.
+struct KernelOverrides {
+  std::string kernel;           // a row name from list_kernels() / `memattn kernels`: the only row of its pass that may run
+  bool l2_sized_groups = true;  // false: the causal backward's work groups stay sized for load balance where the
+                                // pairs in flight would reread more than half of L2 (by default they shrink to fit)
+  bool split_last_wave = true;  // false: the one-pass backward runs a part-full last wave of key tiles whole
+                                // instead of splitting each of those tiles over several CTAs
+};
+
 // Settings shared by the forward and the backward pass.
 struct Options {
   Mask mask;
@@ -38,6 +54,7 @@ struct Options {
   // caching allocator's block, handed back when the call returns, is), or null, which fails the
   // call. This plans once per call, where the size query and the call would plan twice.
   std::function<void*(std::size_t)> allocate_workspace;
+  KernelOverrides overrides;  // the CUDA dispatcher's choices, overridden (see above)
 };
 
 struct ForwardArgs : Options {

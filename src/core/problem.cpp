@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 
+#include "cuda/backend.hpp"
 #include "memattn/dropout.hpp"
 
 namespace memattn::detail {
@@ -320,6 +321,24 @@ Status check_out_lse(const TensorRef& out, const TensorRef& lse, const char* out
   return check_sizes(lse, "lse", "[B, Hq, Mq]", {q.sizes[0], p.heads_q, q.sizes[1]});
 }
 
+// overrides.kernel: empty, or a compiled CUDA row of the call's pass on a call the CUDA backend
+// runs. Whether the row can run this problem is the dispatcher's question (it needs the device).
+Status check_kernel_override(const KernelOverrides& o, cuda::Pass pass, const Problem& p) {
+  if (o.kernel.empty()) return Status::Ok();
+  const std::string name = "overrides.kernel: \"" + o.kernel + "\"";
+  if (p.backend != Backend::cuda)
+    return invalid(name + ": a forced kernel row applies to the CUDA backend only, and this call runs on the " +
+                   to_string(p.backend) + " backend (leave overrides.kernel empty)");
+  const std::optional<cuda::Pass> found = cuda::row_pass(o.kernel);
+  if (!found)
+    return invalid(name + " is not a row of this build's kernel table; it must name a compiled " +
+                   cuda::to_string(pass) + " row (`memattn kernels` lists them) or be empty");
+  if (*found != pass)
+    return invalid(name + " is a " + cuda::to_string(*found) + " row; a " + cuda::to_string(pass) +
+                   " call takes a " + cuda::to_string(pass) + " row (`memattn kernels` lists them)");
+  return Status::Ok();
+}
+
 }  // namespace
 
 Sequence Problem::sequence(std::int64_t b) const {
@@ -382,6 +401,7 @@ Status build_problem(const ForwardArgs& a, Problem* p) {
   const std::vector<NamedPointer> ptrs = {{"q", a.q.data},     {"k", a.k.data},     {"v", a.v.data},
                                           {"bias", a.bias.data}, {"out", a.out.data}, {"lse", a.lse.data}};
   if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, p); !s.ok()) return s;
+  if (Status s = check_kernel_override(a.overrides, cuda::Pass::forward, *p); !s.ok()) return s;
   if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, false); !s.ok()) return s;
   if (Status s = check_no_overlap(a.out, "out"); !s.ok()) return s;
   if (a.lse.defined())
@@ -397,6 +417,7 @@ Status build_problem(const BackwardArgs& a, Problem* p) {
       {"out", a.out.data},   {"lse", a.lse.data}, {"dout", a.dout.data}, {"dq", a.dq.data},
       {"dk", a.dk.data},     {"dv", a.dv.data}, {"dbias", a.dbias.data}};
   if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, p); !s.ok()) return s;
+  if (Status s = check_kernel_override(a.overrides, cuda::Pass::backward, *p); !s.ok()) return s;
   if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, true); !s.ok()) return s;
   if (Status s = check_out_lse(a.dout, TensorRef{}, "dout", a.q, *p, false); !s.ok()) return s;
   const struct {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "core/problem.hpp"
@@ -10,6 +11,13 @@
 namespace memattn::cuda {
 
 int device_count();
+
+enum class Pass { forward, backward };
+inline const char* to_string(Pass pass) { return pass == Pass::forward ? "forward" : "backward"; }
+
+// The pass of the compiled kernel-table row called `name`; none when this build has no such row
+// (validation of Options::overrides.kernel).
+std::optional<Pass> row_pass(const std::string& name);
 
 Status workspace_size(const ForwardArgs& args, const detail::Problem& problem, std::size_t* bytes);
 Status workspace_size(const BackwardArgs& args, const detail::Problem& problem, std::size_t* bytes);

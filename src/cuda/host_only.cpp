@@ -32,6 +32,7 @@ Status missing() {
 }  // namespace
 
 int device_count() { return 0; }
+std::optional<Pass> row_pass(const std::string&) { return std::nullopt; }  // no kernel table
 Status workspace_size(const ForwardArgs&, const detail::Problem&, std::size_t*) { return missing(); }
 Status workspace_size(const BackwardArgs&, const detail::Problem&, std::size_t*) { return missing(); }
 Status forward(const ForwardArgs&, const detail::Problem&) { return missing(); }

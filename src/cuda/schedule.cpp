@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -37,18 +35,6 @@ Status resident_ctas(const Row& k, std::int64_t* ctas) {
   *ctas = std::int64_t(sms) * std::max(1, r.blocks_per_sm);
   cache[{&k, device}] = *ctas;
   return Status::Ok();
-}
-
-// MEMATTN_L2_GROUPS=0 keeps the balanced work groups where L2 would shrink them (for comparisons).
-bool l2_groups_enabled() {
-  const char* v = std::getenv("MEMATTN_L2_GROUPS");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-// MEMATTN_TAIL_SPLIT=0 turns the one-pass rows' last-wave split off (for comparisons).
-bool tail_split_enabled() {
-  const char* v = std::getenv("MEMATTN_TAIL_SPLIT");
-  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 // L2 bytes of the current GPU, asked once per device.
@@ -119,10 +105,11 @@ Status schedule_forward(const ForwardKernel& k, const detail::Problem& p, FwdPar
   return Status::Ok();
 }
 
-Status schedule_backward(const BackwardKernel& k, const detail::Problem& p, BwdParams* b) {
+Status schedule_backward(const BackwardKernel& k, const detail::Problem& p, const KernelOverrides& overrides,
+                         BwdParams* b) {
   // The wgmma one-pass rows' CTAs read their pair's Q, dO and dQ workspace rows at every key tile
   // (the mma.sync one-pass rows gained nothing from the smaller group at D = 64 and 128).
-  const std::int64_t reused = k.atomics && k.math == Math::wgmma && l2_groups_enabled()
+  const std::int64_t reused = k.atomics && k.math == Math::wgmma && overrides.l2_sized_groups
                                   ? (p.heads_q / p.heads_k) * p.seqlen_q *
                                         ((p.head_dim + p.head_dim_v) * std::int64_t(dtype_size(p.dtype)) +
                                          accum_ld(p.head_dim) * 4)
@@ -131,7 +118,7 @@ Status schedule_backward(const BackwardKernel& k, const detail::Problem& p, BwdP
     return s;
   if (Status s = work_groups(k, p, b->num_m_blocks, p.batch * p.heads_q, &b->work_groups); !s.ok()) return s;
   TailSplit split{b->num_kv_blocks, 1};  // every key tile whole
-  if (tail_split_enabled())
+  if (overrides.split_last_wave)
     if (Status s = choose_tail_split(k, p, *b, &split); !s.ok()) return s;
   b->kv_split_first = split.first;
   b->kv_split_parts = split.parts;

@@ -6,7 +6,7 @@
 // - the one-pass backward's last-wave split (tail_split.hpp);
 // - the grid of the global-accumulator rows: one CTA per resident slot, each taking work items
 //   in turn.
-// MEMATTN_L2_GROUPS=0 and MEMATTN_TAIL_SPLIT=0 turn the first two off for comparisons.
+// Options::overrides turns the first two off for comparisons (l2_sized_groups, split_last_wave).
 #pragma once
 
 #include "core/problem.hpp"
@@ -20,6 +20,7 @@ Status schedule_forward(const ForwardKernel& k, const detail::Problem& p, FwdPar
 
 // Fills b's work groups (query and key tiles), the last-wave split and work items, and (the
 // tensor-core global-accumulator rows) the grid CTAs; b's tile counts are set.
-Status schedule_backward(const BackwardKernel& k, const detail::Problem& p, BwdParams* b);
+Status schedule_backward(const BackwardKernel& k, const detail::Problem& p, const KernelOverrides& overrides,
+                         BwdParams* b);
 
 }  // namespace memattn::cuda

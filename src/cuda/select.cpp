@@ -1,14 +1,12 @@
 // Row selection (select.hpp): what a problem needs from a row, whether a row fits, the first row
-// in priority order that does, the per-family reasons when none does, and the rows as users see
-// them (list_kernels, describe).
+// in priority order that does (or the forced one), the per-family reasons when none does, and the
+// rows as users see them (list_kernels, describe).
 #include "cuda/select.hpp"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -172,36 +170,24 @@ bool fits(const Row& k, const Need& n, std::string* why) {
   return true;
 }
 
-// MEMATTN_KERNEL=<row name> limits the choice of its pass to that row (for experiments and
-// benchmarks of rows that would not be chosen first); unset or empty, every row competes.
-const char* forced_row() {
-  const char* name = std::getenv("MEMATTN_KERNEL");
-  return name != nullptr && *name != '\0' ? name : nullptr;
-}
-
 // The first row in priority order that runs the problem, or failing that the first that fits
 // but prefers longer sequences; with `reasons`, why each family's last refused row was refused.
 template <class Row>
 const Row* pick(const std::vector<Row>& table, const Need& n, std::map<std::string, std::string>* reasons) {
-  const char* forced = forced_row();
   const Row* short_fallback = nullptr;
   std::string reason;
   std::string* why = reasons != nullptr ? &reason : nullptr;
   for (const Row& k : table) {
-    const bool same_pass = forced != nullptr && std::strncmp(forced, k.name, 4) == 0;  // "fwd_" / "bwd_"
-    const bool is_forced = same_pass && std::strcmp(forced, k.name) == 0;
     bool ok = fits(k, n, why);
-    if (ok && same_pass && !is_forced) {
+    if (ok && k.experimental) {
       ok = false;
-      if (why) *why = std::string("MEMATTN_KERNEL selects ") + forced;
-    }
-    if (ok && k.experimental && !is_forced) {
-      ok = false;
-      if (why) *why = "experimental (not yet verified on a GPU): only with MEMATTN_KERNEL=" + std::string(k.name);
+      if (why)
+        *why = "experimental (not yet verified on a GPU): runs only when forced (overrides.kernel, `memattn run "
+               "--kernel`)";
     }
     // A preference rather than a limit: such a row runs any length when forced, or when no other
     // row fits.
-    if (ok && n.queries_per_key < k.min_queries_per_key && !is_forced) {
+    if (ok && n.queries_per_key < k.min_queries_per_key) {
       if (short_fallback == nullptr) short_fallback = &k;
       continue;
     }
@@ -218,25 +204,51 @@ std::string describe(const Need& n) {
          std::to_string(n.compute_capability / 10) + "." + std::to_string(n.compute_capability % 10);
 }
 
+// The forced row (overrides.kernel) runs whatever its priority, experimental or not, at any query
+// loop length; it only has to fit. Otherwise the first row pick() finds.
 template <class Row>
-Status choose(const std::vector<Row>& table, const char* pass, const Need& n, const Row** row) {
+Status choose(const std::vector<Row>& table, Pass pass, const Need& n, const std::string& forced, const Row** row) {
+  *row = nullptr;
+  if (!forced.empty()) {
+    const auto k = std::find_if(table.begin(), table.end(), [&](const Row& r) { return forced == r.name; });
+    if (k == table.end())  // validation has checked the name (build_problem)
+      return {StatusCode::invalid_argument, "overrides.kernel: \"" + forced + "\" is not a " + to_string(pass) +
+                                                " row of this build (`memattn kernels` lists them)"};
+    std::string why;
+    if (!fits(*k, n, &why))
+      return {StatusCode::invalid_argument,
+              "overrides.kernel: the forced row " + forced + " cannot run this problem (" + describe(n) + "): " + why};
+    *row = &*k;
+    return Status::Ok();
+  }
   if ((*row = pick(table, n, nullptr)) != nullptr) return Status::Ok();
   std::map<std::string, std::string> reasons;  // per family: the reason of its closest row
   pick(table, n, &reasons);
-  std::string s = std::string("backend cuda: no ") + pass + " kernel fits (" + describe(n) + ")";
-  if (table.empty()) s += std::string(": this build has no CUDA ") + pass + " kernels";
+  std::string s = std::string("backend cuda: no ") + to_string(pass) + " kernel fits (" + describe(n) + ")";
+  if (table.empty()) s += std::string(": this build has no CUDA ") + to_string(pass) + " kernels";
   for (const auto& [family, reason] : reasons) s += "; " + family + " rows: " + reason;
   return {StatusCode::unsupported, s};
+}
+
+template <class Row>
+bool has_row(const std::vector<Row>& table, const std::string& name) {
+  return std::any_of(table.begin(), table.end(), [&](const Row& k) { return name == k.name; });
 }
 
 }  // namespace
 
 Status choose_forward(const ForwardArgs& args, const detail::Problem& p, const ForwardKernel** row) {
-  return choose(forward_kernels(), "forward", forward_need(args, p), row);
+  return choose(forward_kernels(), Pass::forward, forward_need(args, p), args.overrides.kernel, row);
 }
 
 Status choose_backward(const BackwardArgs& args, const detail::Problem& p, const BackwardKernel** row) {
-  return choose(backward_kernels(), "backward", backward_need(args, p), row);
+  return choose(backward_kernels(), Pass::backward, backward_need(args, p), args.overrides.kernel, row);
+}
+
+std::optional<Pass> row_pass(const std::string& name) {
+  if (has_row(forward_kernels(), name)) return Pass::forward;
+  if (has_row(backward_kernels(), name)) return Pass::backward;
+  return std::nullopt;
 }
 
 const char* to_string(Family family) { return family == Family::sm90 ? "sm90" : "sm80"; }

@@ -2,8 +2,8 @@
 // alignment, bias and dropout, shared memory, determinism) are read off the arguments, and the
 // rows are tried in priority order: the first that fits runs. Rows marked experimental are passed
 // over, and a row that only pays off over long query loops (min_queries_per_key) is taken only
-// when no other row fits. MEMATTN_KERNEL=<row name> limits the choice of its pass to that row.
-// When no row fits, the error says why, per row family.
+// when no other row fits. Options::overrides.kernel replaces the choice with the named row. When
+// no row fits, the error says why, per row family.
 #pragma once
 
 #include "core/problem.hpp"
@@ -12,8 +12,9 @@
 
 namespace memattn::cuda {
 
-// The row for a call: the first that fits; unsupported, with each family's reason, when none
-// does.
+// The row for a call: the first that fits, or the forced one (overrides.kernel). Errors:
+// unsupported when no row fits (with each family's reason), invalid_argument when the forced row
+// cannot run the problem (with its reason).
 Status choose_forward(const ForwardArgs& args, const detail::Problem& problem, const ForwardKernel** row);
 Status choose_backward(const BackwardArgs& args, const detail::Problem& problem, const BackwardKernel** row);
 

@@ -15,7 +15,6 @@
 #include "support/cases.hpp"
 #include "support/check.hpp"
 #include "support/dropout_masks.hpp"
-#include "support/scoped_env.hpp"
 
 namespace memattn::testing {
 namespace {
@@ -55,8 +54,8 @@ INSTANTIATE_TEST_SUITE_P(WideHeads, CudaBackward, ::testing::ValuesIn(wide_head_
 
 // The one-pass rows take only long sequences by default (min_queries_per_key), which the feature
 // cases are not: here each wide-head case runs on the first one-pass row of its dtype and bucket
-// that covers its features (forced with MEMATTN_KERNEL), skipped when none does (dropout) or when
-// the forced row does not fit (a bias whose rows are not 16-byte aligned).
+// that covers its features (forced: Options::overrides.kernel), skipped when none does (dropout) or
+// when the forced row does not fit (a bias whose rows are not 16-byte aligned).
 class CudaBackwardOnePass : public ::testing::TestWithParam<NamedCase> {};
 
 // Whether the build has the kernel-table row `name`.
@@ -82,14 +81,29 @@ std::string one_pass_row(const tools::ProblemSpec& s) {
   return {};
 }
 
+// Why the forced backward row cannot run the spec's problem (the dispatcher's reason), or empty when
+// it can. Other errors fail the test.
+std::string forced_row_refusal(const tools::ProblemSpec& s) {
+  tools::Workload w(s);
+  const Status st = w.to_device();
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  std::string plan;
+  const Status sp = describe_plan(w.backward_args(), &plan);
+  if (sp.ok()) return {};
+  if (sp.message().find("cannot run this problem") != std::string::npos) return sp.message();
+  ADD_FAILURE() << sp.to_string();
+  return sp.message();
+}
+
 TEST_P(CudaBackwardOnePass, MatchesReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const std::string row = one_pass_row(GetParam().spec);
-  if (row.empty()) GTEST_SKIP() << "no one-pass row covers this case in this build";
-  const ScopedEnv forced("MEMATTN_KERNEL", row);
+  tools::ProblemSpec s = GetParam().spec;
+  s.backward_overrides.kernel = one_pass_row(s);
+  if (s.backward_overrides.kernel.empty()) GTEST_SKIP() << "no one-pass row covers this case in this build";
+  if (const std::string why = forced_row_refusal(s); !why.empty()) GTEST_SKIP() << why;
   CheckOptions options;
   options.skip_unsupported_backward = true;
-  check_case(GetParam().spec, options);
+  check_case(s, options);
 }
 
 // The wide-head cases, with Mk rounded up to a multiple of 8 where there is a bias (the bias tile
@@ -166,9 +180,8 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
     s.backend = Backend::cuda;
     // Forced: the bias rows' default needs longer query loops. A filtered build may lack the
     // case's row (the first case's is there, checked above).
-    const std::string row = one_pass_row(s);
-    if (row.empty()) continue;
-    const ScopedEnv forced("MEMATTN_KERNEL", row);
+    s.backward_overrides.kernel = one_pass_row(s);
+    if (s.backward_overrides.kernel.empty()) continue;
     std::string plan;
     for (int per_sm = 1; per_sm <= 4 && plan.find("split over") == std::string::npos; ++per_sm) {
       s.heads_k = std::int64_t(sms) * per_sm + c.extra_tiles;  // one key tile per head

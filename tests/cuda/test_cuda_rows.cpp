@@ -1,7 +1,7 @@
-// Every row of the compiled kernel table, forced with MEMATTN_KERNEL, on a problem it fits, against
-// the float64 reference: rows that the dispatcher would not pick for the feature cases (a
-// bucket's extra tiles, element-load rows next to aligned ones) are checked too. The problem is
-// read off the row's name: dtype, head-dim bucket (D = the bucket, an unaligned D for
+// Every row of the compiled kernel table, forced (Options::overrides.kernel), on a problem it
+// fits, against the float64 reference: rows that the dispatcher would not pick for the feature
+// cases (a bucket's extra tiles, element-load rows next to aligned ones) are checked too. The
+// problem is read off the row's name: dtype, head-dim bucket (D = the bucket, an unaligned D for
 // element-load rows, D > 256 for the any-D rows), and with the row's features (bias and dropout)
 // when it has them. A forced row that does not fit fails the test with the dispatcher's
 // reason. Skipped without a GPU.
@@ -17,7 +17,6 @@
 #include "memattn/kernels.hpp"
 #include "support/check.hpp"
 #include "support/dropout_masks.hpp"
-#include "support/scoped_env.hpp"
 
 namespace memattn::testing {
 namespace {
@@ -70,13 +69,14 @@ bool row_case(const std::string& name, RowCase* c) {
   s.backend = Backend::cuda;
   c->row = name;
   c->backward = t[0] == "bwd";
+  (c->backward ? s.backward_overrides : s.forward_overrides).kernel = name;
   c->bucket = bucket;
   return true;
 }
 
 std::vector<RowCase> row_cases() {
   std::vector<RowCase> out;
-  for (const KernelInfo& k : list_kernels(false)) {
+  for (const KernelInfo& k : list_kernels()) {
     RowCase c;
     if (row_case(k.name, &c)) out.push_back(c);
   }
@@ -87,7 +87,6 @@ class CudaRows : public ::testing::TestWithParam<RowCase> {};
 
 TEST_P(CudaRows, MatchesReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const ScopedEnv forced("MEMATTN_KERNEL", GetParam().row);
   check_case(GetParam().spec, {GetParam().backward});
 }
 
@@ -99,8 +98,7 @@ TEST_P(CudaRows, DropoutMaskMatchesTheMapping) {
   const RowCase& c = GetParam();
   if (c.spec.dropout.p == 0.0) GTEST_SKIP() << "no dropout code in this row";
   if (c.bucket < 48) GTEST_SKIP() << "head-dim bucket below the mask problem's Dv = 48";
-  const ScopedEnv forced("MEMATTN_KERNEL", c.row);
-  check_dropout_masks(Backend::cuda, c.backward, c.spec.dtype);
+  check_dropout_masks(Backend::cuda, c.backward, c.spec.dtype, c.spec.forward_overrides, c.spec.backward_overrides);
 }
 
 // A build without CUDA kernels has no rows: nothing to instantiate.

@@ -1,5 +1,8 @@
 #include "support/cases.hpp"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace memattn::testing {
 
 tools::ProblemSpec problem_shape(std::int64_t b, std::int64_t mq, std::int64_t mk, std::int64_t hq, std::int64_t hk,
@@ -127,9 +130,12 @@ std::vector<NamedCase> feature_cases(DType dtype, Backend backend) {
          return s;
        }()},
   };
+  const char* forced = backend == Backend::cuda ? std::getenv("MEMATTN_TEST_KERNEL") : nullptr;
   for (NamedCase& n : c) {
     n.spec.dtype = dtype;
     n.spec.backend = backend;
+    if (forced != nullptr && *forced != '\0')
+      (std::strncmp(forced, "bwd_", 4) == 0 ? n.spec.backward_overrides : n.spec.forward_overrides).kernel = forced;
   }
   return c;
 }

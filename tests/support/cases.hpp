@@ -23,7 +23,10 @@ struct NamedCase {
 tools::ProblemSpec problem_shape(std::int64_t batch, std::int64_t seqlen_q, std::int64_t seqlen_k, std::int64_t heads_q,
                                  std::int64_t heads_k, std::int64_t head_dim, std::int64_t head_dim_v);
 
-// The cases with the given dtype and backend.
+// The cases with the given dtype and backend. With the environment variable
+// MEMATTN_TEST_KERNEL=<row>, the CUDA cases force that kernel-table row on its pass
+// (Options::overrides.kernel of the forward for a fwd_ row, of the backward for a bwd_ row): a
+// row the dispatcher would not choose runs every case (scripts/forced_row_tests.sh).
 std::vector<NamedCase> feature_cases(DType dtype, Backend backend);
 
 // The cases for each dtype, named "<dtype>_<case>": GoogleTest parameters.

@@ -11,7 +11,8 @@ namespace memattn::testing {
 // With V = identity (Dv = Mk), O[i, j] = P[i, j] * Z[i, j] / (1 - p) shows the forward's mask; with
 // dO = identity (Dv = Mq), dV[j, i] = P[i, j] * Z[i, j] / (1 - p) shows the backward's. Both must
 // equal dropout_keep, element for element, on the given backend.
-void check_dropout_masks(Backend backend, bool backward, DType dtype) {
+void check_dropout_masks(Backend backend, bool backward, DType dtype, const KernelOverrides& forward_overrides,
+                         const KernelOverrides& backward_overrides) {
   tools::ProblemSpec s;
   s.batch = 2;
   s.seqlen_q = 48;
@@ -23,6 +24,8 @@ void check_dropout_masks(Backend backend, bool backward, DType dtype) {
   s.dtype = dtype;
   s.dropout = {0.4, 0xDEADBEEF12345ull, 77};
   s.backend = backend;
+  s.forward_overrides = forward_overrides;
+  s.backward_overrides = backward_overrides;
   tools::Workload w(s);
   w.fill_inputs(next_seed());
   const auto identity = [&](tools::Tensor t, std::int64_t rows, std::int64_t heads) {

@@ -2,10 +2,12 @@
 // in the given dtype (on CUDA the dtype and the head dims (D = 8, Dv = 48) pick the kernel row).
 #pragma once
 
-#include "memattn/types.hpp"
+#include "memattn/attention.hpp"
 
 namespace memattn::testing {
 
-void check_dropout_masks(Backend backend, bool backward, DType dtype = DType::f32);
+// The overrides (a forced row) go to the pass they are for.
+void check_dropout_masks(Backend backend, bool backward, DType dtype = DType::f32,
+                         const KernelOverrides& forward_overrides = {}, const KernelOverrides& backward_overrides = {});
 
 }  // namespace memattn::testing

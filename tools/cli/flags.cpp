@@ -25,6 +25,27 @@ Status parse_lengths(const std::string& text, const char* flag, std::vector<std:
   return Status::Ok();
 }
 
+// --kernel, --no-l2-groups, --no-tail-split: each row goes to the pass its name says (fwd_, bwd_);
+// the library checks that the build has it and that it can run the problem.
+Status parse_overrides(const ProblemFlags& f, tools::ProblemSpec* s) {
+  for (const std::string& name : f.kernels) {
+    const bool backward = name.rfind("bwd_", 0) == 0;
+    if (!backward && name.rfind("fwd_", 0) != 0)
+      return bad("--kernel: '" + name + "' is not a kernel-table row name (fwd_... or bwd_...; `memattn kernels` " +
+                 "lists them)");
+    KernelOverrides& o = backward ? s->backward_overrides : s->forward_overrides;
+    if (!o.kernel.empty())
+      return bad("--kernel: " + o.kernel + " and " + name + " are both " + (backward ? "backward" : "forward") +
+                 " rows; force at most one row per pass");
+    o.kernel = name;
+  }
+  for (KernelOverrides* o : {&s->forward_overrides, &s->backward_overrides}) {
+    o->l2_sized_groups = !f.no_l2_groups;
+    o->split_last_wave = !f.no_tail_split;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void add_problem_flags(CLI::App* app, ProblemFlags* f) {
@@ -54,6 +75,18 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
   app->add_option("--varlen-k", f->varlen_k, "Variable lengths: key length of each sequence (default: as --varlen)");
   app->add_option("--backend", f->backend, "Backend")->check(CLI::IsMember({"auto", "cpu", "cuda", "reference"}));
   app->add_flag("--deterministic", f->deterministic, "Bit-reproducible backward (no atomics)");
+  // The dispatcher's overrides (Options::overrides), for A/B comparisons and debugging.
+  app->add_option("--kernel", f->kernels,
+                  "CUDA only: force a kernel-table row (`memattn kernels` lists them), the only one its pass may "
+                  "run, even if experimental; a fwd_ row forces the forward, a bwd_ row the backward (give one "
+                  "of each, repeated or comma-separated, to force both)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->delimiter(',');
+  app->add_flag("--no-l2-groups", f->no_l2_groups,
+                "CUDA only: keep the causal backward's work groups sized for load balance where they would "
+                "shrink to fit L2");
+  app->add_flag("--no-tail-split", f->no_tail_split,
+                "CUDA only: run the one-pass backward's last wave of key tiles whole (no split over CTAs)");
 }
 
 void apply_backend_defaults(ProblemFlags* f, Backend backend) {
@@ -108,6 +141,7 @@ Status make_spec(const ProblemFlags& f, tools::ProblemSpec* spec) {
   s.scale = f.scale;
   s.deterministic = f.deterministic;
   if (Status st = parse_backend(f.backend, &s.backend); !st.ok()) return st;
+  if (Status st = parse_overrides(f, &s); !st.ok()) return st;
   if (!f.varlen.empty()) {
     if (Status st = parse_lengths(f.varlen, "--varlen", &s.varlen_q); !st.ok()) return st;
     if (f.varlen_k.empty()) {

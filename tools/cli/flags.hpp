@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "workload/workload.hpp"
 
@@ -24,6 +25,10 @@ struct ProblemFlags {
   std::string varlen, varlen_k;
   std::string backend = "auto";
   bool deterministic = false;
+  // Options::overrides: kernel-table rows to force (each on the pass it is a row of), and the
+  // causal backward's L2-sized groups and the one-pass backward's last-wave split turned off.
+  std::vector<std::string> kernels;
+  bool no_l2_groups = false, no_tail_split = false;
 
   CLI::Option* size_options[5] = {};  // batch, seqlen-q, heads-q, head-dim, seqlen-k: given or not
 };

@@ -93,6 +93,10 @@ std::string ProblemSpec::describe() const {
   if (dropout.p > 0) s << " dropout=" << dropout.p;
   if (kv_broadcast_batch) s << " kv-stride0";
   if (padding) s << " padded";
+  for (const KernelOverrides* o : {&forward_overrides, &backward_overrides})
+    if (!o->kernel.empty()) s << " kernel=" << o->kernel;
+  if (!forward_overrides.l2_sized_groups || !backward_overrides.l2_sized_groups) s << " no-l2-groups";
+  if (!forward_overrides.split_last_wave || !backward_overrides.split_last_wave) s << " no-tail-split";
   return s.str();
 }
 
@@ -211,24 +215,26 @@ Workload::Workload(const ProblemSpec& spec) : spec_(spec) {
 
 Workload::~Workload() = default;
 
-TensorRef Workload::view(Tensor t, bool device) const {
+TensorRef Workload::view(Tensor t, Memory memory) const {
   TensorRef v = buffers_[int(t)].view;
-  if (device && device_ && v.defined()) v.data = device_->pointer(int(t));
+  if (memory == Memory::device && device_ && v.defined()) v.data = device_->pointer(int(t));
   return v;
 }
 
-ForwardArgs Workload::make_forward_args(bool device) const {
+ForwardArgs Workload::make_forward_args(Memory memory) const {
+  const bool device = memory == Memory::device;
   ForwardArgs a;
-  a.q = view(Tensor::q, device);
-  a.k = view(Tensor::k, device);
-  a.v = view(Tensor::v, device);
-  a.bias = view(Tensor::bias, device);
-  a.out = view(Tensor::out, device);
-  a.lse = view(Tensor::lse, device);
+  a.q = view(Tensor::q, memory);
+  a.k = view(Tensor::k, memory);
+  a.v = view(Tensor::v, memory);
+  a.bias = view(Tensor::bias, memory);
+  a.out = view(Tensor::out, memory);
+  a.lse = view(Tensor::lse, memory);
   a.mask = spec_.mask;
   a.dropout = spec_.dropout;
   a.scale = spec_.scale;
   a.backend = spec_.backend;
+  a.overrides = spec_.forward_overrides;
   if (device && device_ && device_->workspace) {
     a.workspace = device_->workspace;
     a.workspace_bytes = device_->workspace_bytes;
@@ -246,28 +252,41 @@ ForwardArgs Workload::make_forward_args(bool device) const {
 Status Workload::reserve_workspace() {
   if (!device_) return Status::Ok();
   std::size_t fwd = 0, bwd = 0;
-  if (Status s = forward_workspace_size(make_forward_args(true), &fwd); !s.ok()) return s;
+  if (Status s = forward_workspace_size(make_forward_args(Memory::device), &fwd); !s.ok()) return s;
   if (has(Tensor::dout))
-    if (Status s = backward_workspace_size(make_backward_args(true), &bwd); !s.ok()) return s;
+    if (Status s = backward_workspace_size(make_backward_args(Memory::device), &bwd); !s.ok()) return s;
   return device_->allocate_workspace(std::max(fwd, bwd));
 }
 
-BackwardArgs Workload::make_backward_args(bool device) const {
-  const ForwardArgs f = make_forward_args(device);
+BackwardArgs Workload::make_backward_args(Memory memory) const {
+  const ForwardArgs f = make_forward_args(memory);
   BackwardArgs a;
   static_cast<Options&>(a) = static_cast<const Options&>(f);
+  a.overrides = spec_.backward_overrides;
   a.q = f.q;
   a.k = f.k;
   a.v = f.v;
   a.bias = f.bias;
   a.out = f.out;
   a.lse = f.lse;
-  a.dout = view(Tensor::dout, device);
-  a.dq = view(Tensor::dq, device);
-  a.dk = view(Tensor::dk, device);
-  a.dv = view(Tensor::dv, device);
-  a.dbias = view(Tensor::dbias, device);
+  a.dout = view(Tensor::dout, memory);
+  a.dq = view(Tensor::dq, memory);
+  a.dk = view(Tensor::dk, memory);
+  a.dv = view(Tensor::dv, memory);
+  a.dbias = view(Tensor::dbias, memory);
   a.deterministic = spec_.deterministic;
+  return a;
+}
+
+ForwardArgs Workload::host_forward_args() const {
+  ForwardArgs a = make_forward_args(Memory::host);
+  a.overrides = {};
+  return a;
+}
+
+BackwardArgs Workload::host_backward_args() const {
+  BackwardArgs a = make_backward_args(Memory::host);
+  a.overrides = {};
   return a;
 }
 

@@ -43,6 +43,8 @@ struct ProblemSpec {
   bool with_dbias = true;  // when there is a bias
   bool deterministic = false;
   Backend backend = Backend::automatic;
+  // Options::overrides of each pass (the CUDA dispatcher's): a forced row is a row of one pass.
+  KernelOverrides forward_overrides, backward_overrides;
 
   bool varlen() const { return !varlen_q.empty(); }
   std::int64_t num_seqs() const { return varlen() ? std::int64_t(varlen_q.size()) : batch; }
@@ -70,11 +72,12 @@ class Workload {
   const ProblemSpec& spec() const { return spec_; }
 
   // Arguments pointing at the device mirror after to_device(), else at the host buffers.
-  ForwardArgs forward_args() const { return make_forward_args(on_device()); }
-  BackwardArgs backward_args() const { return make_backward_args(on_device()); }
-  // Arguments pointing at the host buffers (for the reference).
-  ForwardArgs host_forward_args() const { return make_forward_args(false); }
-  BackwardArgs host_backward_args() const { return make_backward_args(false); }
+  ForwardArgs forward_args() const { return make_forward_args(where()); }
+  BackwardArgs backward_args() const { return make_backward_args(where()); }
+  // Arguments pointing at the host buffers, for the reference (without the spec's overrides: the
+  // reference has no kernels to choose).
+  ForwardArgs host_forward_args() const;
+  BackwardArgs host_backward_args() const;
 
   // Random normal inputs (q, k, v, bias, dout), a pure function of seed and element index.
   void fill_inputs(std::uint64_t seed);
@@ -108,9 +111,11 @@ class Workload {
   void set_values(Tensor t, const std::vector<double>& values);
 
  private:
-  ForwardArgs make_forward_args(bool device) const;
-  BackwardArgs make_backward_args(bool device) const;
-  TensorRef view(Tensor t, bool device) const;
+  enum class Memory { host, device };  // the host buffers, or the device mirror
+  Memory where() const { return on_device() ? Memory::device : Memory::host; }
+  ForwardArgs make_forward_args(Memory memory) const;
+  BackwardArgs make_backward_args(Memory memory) const;
+  TensorRef view(Tensor t, Memory memory) const;
   ProblemSpec spec_;
   Buffer buffers_[int(Tensor::count)];
   std::vector<std::int32_t> seqstart_q_, seqstart_k_, seqused_k_;
