@@ -305,15 +305,17 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
   return Status::Ok();
 }
 
+enum class Lse { optional, required };  // the backward needs the forward's
+
 Status check_out_lse(const TensorRef& out, const TensorRef& lse, const char* out_name,
-                     const TensorRef& q, const Problem& p, bool lse_required) {
+                     const TensorRef& q, const Problem& p, Lse need) {
   if (Status s = check_tensor(out, out_name, "[B, Mq, Hq, Dv]", 4); !s.ok()) return s;
   if (Status s = check_dtype(out, out_name, q.dtype); !s.ok()) return s;
   if (Status s = check_sizes(out, out_name, "[B, Mq, Hq, Dv]", {q.sizes[0], q.sizes[1], p.heads_q, p.head_dim_v});
       !s.ok())
     return s;
   if (!lse.defined()) {
-    if (lse_required) return invalid("lse: is required by the backward (the forward's logsumexp)");
+    if (need == Lse::required) return invalid("lse: is required by the backward (the forward's logsumexp)");
     return Status::Ok();
   }
   if (Status s = check_tensor(lse, "lse", "[B, Hq, Mq]", 3); !s.ok()) return s;
@@ -402,7 +404,7 @@ Status build_problem(const ForwardArgs& a, Problem* p) {
                                           {"bias", a.bias.data}, {"out", a.out.data}, {"lse", a.lse.data}};
   if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, p); !s.ok()) return s;
   if (Status s = check_kernel_override(a.overrides, cuda::Pass::forward, *p); !s.ok()) return s;
-  if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, false); !s.ok()) return s;
+  if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, Lse::optional); !s.ok()) return s;
   if (Status s = check_no_overlap(a.out, "out"); !s.ok()) return s;
   if (a.lse.defined())
     if (Status s = check_no_overlap(a.lse, "lse"); !s.ok()) return s;
@@ -418,8 +420,8 @@ Status build_problem(const BackwardArgs& a, Problem* p) {
       {"dk", a.dk.data},     {"dv", a.dv.data}, {"dbias", a.dbias.data}};
   if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, p); !s.ok()) return s;
   if (Status s = check_kernel_override(a.overrides, cuda::Pass::backward, *p); !s.ok()) return s;
-  if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, true); !s.ok()) return s;
-  if (Status s = check_out_lse(a.dout, TensorRef{}, "dout", a.q, *p, false); !s.ok()) return s;
+  if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, Lse::required); !s.ok()) return s;
+  if (Status s = check_out_lse(a.dout, TensorRef{}, "dout", a.q, *p, Lse::optional); !s.ok()) return s;
   const struct {
     const TensorRef& grad;
     const TensorRef& like;

@@ -131,10 +131,11 @@ TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain") || !compiled("bwd_sm80_bf16_d128_m64n64w4_vec_plain"))
     GTEST_SKIP() << "the build lacks the D = 128 rows";
-  const auto one_pass = [](std::int64_t seqlen, bool causal, bool deterministic) {
+  enum Variant { plain, causal, deterministic };
+  const auto one_pass = [](std::int64_t seqlen, Variant variant) {
     tools::ProblemSpec s = problem_shape(1, seqlen, seqlen, 1, 1, 128, 128);
-    if (causal) s.mask = Mask::causal();
-    s.deterministic = deterministic;
+    if (variant == causal) s.mask = Mask::causal();
+    s.deterministic = variant == deterministic;
     s.backend = Backend::cuda;
     tools::Workload w(s);
     std::string plan;
@@ -144,12 +145,12 @@ TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
     EXPECT_TRUE(sp.ok()) << sp.to_string();
     return plan.find("_fused_") != std::string::npos;
   };
-  EXPECT_TRUE(one_pass(4096, false, false));
-  EXPECT_TRUE(one_pass(2048, true, false));
-  EXPECT_TRUE(one_pass(512, false, false));
-  EXPECT_FALSE(one_pass(512, true, false));
-  EXPECT_FALSE(one_pass(256, false, false));
-  EXPECT_FALSE(one_pass(4096, false, true));
+  EXPECT_TRUE(one_pass(4096, plain));
+  EXPECT_TRUE(one_pass(2048, causal));
+  EXPECT_TRUE(one_pass(512, plain));
+  EXPECT_FALSE(one_pass(512, causal));
+  EXPECT_FALSE(one_pass(256, plain));
+  EXPECT_FALSE(one_pass(4096, deterministic));
 }
 
 // The one-pass rows split the key tiles of a part-full last wave along their queries

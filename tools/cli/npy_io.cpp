@@ -34,8 +34,10 @@ std::vector<double> values_of(const tools::NpyArray& a) {
   return v;
 }
 
-// The array of a tensor in contiguous order: float32, or float16 for f16 tensors.
-tools::NpyArray array_of(const tools::Workload& w, tools::Tensor t, bool reduced) {
+// The array of a tensor in contiguous order (the bias's and dbias's broadcast dimensions taken
+// once): float32, or float16 for f16 tensors.
+tools::NpyArray array_of(const tools::Workload& w, tools::Tensor t) {
+  const bool reduced = t == tools::Tensor::bias || t == tools::Tensor::dbias;
   const TensorRef& view = w.host(t).view;
   const std::vector<double> values = reduced ? w.to_double_reduced(t) : w.to_double(t);
   tools::NpyArray a;
@@ -125,23 +127,20 @@ void fill_inputs(const LoadedInputs& in, tools::Workload* w) {
   if (in.has_dout) w->set_values(tools::Tensor::dout, values_of(in.dout));
 }
 
-Status save_results(const std::string& dir, const tools::Workload& w, bool forward, bool backward) {
+Status save_results(const std::string& dir, const tools::Workload& w, Results results) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     return bad("--save: cannot create " + dir + ": " + std::strerror(errno));
   // The inputs too, so that a saved folder can be given to --load.
   std::vector<std::pair<tools::Tensor, const char*>> files = {
       {tools::Tensor::q, "q.npy"}, {tools::Tensor::k, "k.npy"}, {tools::Tensor::v, "v.npy"}, {tools::Tensor::dout, "do.npy"}};
   if (w.has(tools::Tensor::bias)) files.push_back({tools::Tensor::bias, "bias.npy"});
-  if (forward) files.insert(files.end(), {{tools::Tensor::out, "out.npy"}, {tools::Tensor::lse, "lse.npy"}});
-  if (backward) {
+  files.insert(files.end(), {{tools::Tensor::out, "out.npy"}, {tools::Tensor::lse, "lse.npy"}});
+  if (results == Results::forward_and_backward) {
     files.insert(files.end(), {{tools::Tensor::dq, "dq.npy"}, {tools::Tensor::dk, "dk.npy"}, {tools::Tensor::dv, "dv.npy"}});
     if (w.has(tools::Tensor::dbias)) files.push_back({tools::Tensor::dbias, "dbias.npy"});
   }
   for (const auto& [tensor, name] : files)
-    if (Status s = tools::write_npy(dir + "/" + name,
-                                    array_of(w, tensor, tensor == tools::Tensor::dbias || tensor == tools::Tensor::bias));
-        !s.ok())
-      return s;
+    if (Status s = tools::write_npy(dir + "/" + name, array_of(w, tensor)); !s.ok()) return s;
   return Status::Ok();
 }
 

@@ -24,6 +24,7 @@ void fill_inputs(const LoadedInputs& inputs, tools::Workload* workload);
 // Writes out.npy and lse.npy, and after a backward dq.npy, dk.npy, dv.npy (and dbias.npy); also
 // the inputs (q.npy k.npy v.npy do.npy, bias.npy) so that the folder can be given to --load.
 // bf16 arrays are written as float32 (numpy has no bf16).
-Status save_results(const std::string& dir, const tools::Workload& workload, bool forward, bool backward);
+enum class Results { forward, forward_and_backward };  // the forward's always: the backward needs it
+Status save_results(const std::string& dir, const tools::Workload& workload, Results results);
 
 }  // namespace memattn::cli

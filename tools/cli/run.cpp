@@ -217,7 +217,8 @@ int run_command(RunOptions& o) {
     out << "result: " << (verdict == "pass" ? "PASS" : "FAIL") << "\n";
   }
   if (!o.save_dir.empty()) {
-    if (Status s = save_results(o.save_dir, w, true, do_bwd); !s.ok()) return fail(s);
+    const Results results = do_bwd ? Results::forward_and_backward : Results::forward;
+    if (Status s = save_results(o.save_dir, w, results); !s.ok()) return fail(s);
     out << "saved results to " << o.save_dir << "\n";
   }
   if (o.json) {
