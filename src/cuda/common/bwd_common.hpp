@@ -246,26 +246,32 @@ __device__ __forceinline__ void exp_scores_part(S& s, const Coords& coord, const
     s(e) = fast_exp2(fmaf(s(e), scale_log2, -lse2[get<0>(coord(e))]));
 }
 
+// Whether gradient_tile writes dS to dbias: only in the kernel that visits every (query, key)
+// element of a (sequence, head) once (the dQ kernels, the one-pass backward).
+enum class Dbias { skip, write };
+
 // With s the raw scores Q K^T (or P, kIn) and dp the raw dO V^T of one tile (either way round,
-// see query_key): s <- P * Z / (1 - p) (what dV needs) and dp <- dS = P * (Z / (1 - p) * dO V^T - delta).
+// kScoreRows): s <- P * Z / (1 - p) (what dV needs) and dp <- dS = P * (Z / (1 - p) * dO V^T - delta).
 // lse2 and delta are the tile's staged row statistics (indexed by query - m0). When dbias is
-// wanted (kWriteDbias, the dQ kernel: every element of a (sequence, head) is visited once), dS
-// goes to dbias, or to its fp32 workspace when dbias has broadcast dimensions (BwdParams).
+// wanted (Dbias::write), dS goes to dbias, or to its fp32 workspace when dbias has broadcast
+// dimensions (BwdParams).
 // shared_bias: the tile's bias in shared memory (kBiasTile rows), else read from global memory.
 // kBiasTile rows write dbias after the element loop, which carries no dbias code: the global
 // stores in it, never taken on those rows, had cost a branch per score and doubled the loop's
 // size (ncu: 1.55x the plain row's instructions, 1.2 "no instruction" stall cycles per
-// instruction; 2026-11-22 (11)). With dbias_staged, dS (16-bit) replaces the bias in the shared
+// instruction). With dbias_staged, dS (16-bit) replaces the bias in the shared
 // tile, each element written by the thread that read its bias (no barrier needed), and the
 // caller stores the tile (store_dbias_tile); with a dbias workspace (broadcast dimensions) each
 // pair of neighbouring keys is added (or stored, deterministic) there from the registers. A
 // 32-bit dbias without a workspace goes to the rows with the global path (the dispatcher).
-template <class Element, unsigned kFeatures, bool kKeyRows, bool kWriteDbias, ScoresIn kIn = ScoresIn::raw, class S,
-          class DP, class Coords>
+template <class Element, unsigned kFeatures, ScoreRows kScoreRows, Dbias kDbias, ScoresIn kIn = ScoresIn::raw,
+          class S, class DP, class Coords>
 __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::MaskRule& rule, const TileOrigin& t,
                                               bool masked, S& s, DP& dp, const Coords& coord, const float* lse2,
                                               const float* delta, SharedBias shared_bias = {},
                                               bool dbias_staged = false) {
+  constexpr bool kKeyRows = kScoreRows == ScoreRows::keys;
+  constexpr bool kWriteDbias = kDbias == Dbias::write;
   // Without bias the scale goes into the exp2 FFMA below (one instruction per score instead of
   // two) and the mask zeroes P and dS afterwards: a hidden score of -inf times a scale <= 0 would
   // not give P = 0. With bias the scores become scale * s + bias (one FFMA), hidden ones -inf,
@@ -273,14 +279,14 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   constexpr bool kScaleInExp = (kFeatures & kBias) == 0;
   static_assert(kIn == ScoresIn::raw || (kScaleInExp && !kKeyRows), "P computed ahead: rows without bias");
   if constexpr (!kScaleInExp)
-    transform_scores<Element, bias_code(kFeatures), kKeyRows>(p, rule, t, masked, s, coord, shared_bias,
-                                                              natural_units(p));
+    transform_scores<Element, bias_code(kFeatures), kScoreRows>(p, rule, t, masked, s, coord, shared_bias,
+                                                                natural_units(p));
   const float exp_scale = kScaleInExp ? p.scale_log2 : kLog2e;
   const bool dropout = (kFeatures & kDropout) != 0 && p.dropout;
   const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
   [[maybe_unused]] std::uint64_t keep_bits = 0;
   if constexpr ((kFeatures & kDropout) != 0 && (kFeatures & kDropoutPaired) != 0)
-    if (dropout) keep_bits = dropout_keep_bits<kKeyRows>(p, t, s.layout(), coord);
+    if (dropout) keep_bits = dropout_keep_bits<kScoreRows>(p, t, s.layout(), coord);
   // Only rows with bias code can be given a bias (the dispatcher's rule), so only they carry the
   // dbias stores: in the others the per-element bounds tests would run for nothing.
   constexpr bool kDbiasCode = kWriteDbias && (kFeatures & kBias) != 0;
@@ -302,7 +308,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   CUTE_UNROLL
   for (int e = 0; e < size(s); ++e) {
     std::int64_t i, j;
-    query_key<kKeyRows>(t, coord, e, &i, &j);
+    query_key<kScoreRows>(t, coord, e, &i, &j);
     const int r = int(i - t.m0);
     const float prob = kIn == ScoresIn::probabilities ? s(e) : fast_exp2(fmaf(s(e), exp_scale, -lse2[r]));
     bool keep = true;
@@ -326,13 +332,13 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     }
   }
   if constexpr (kScaleInExp)
-    if (masked) zero_hidden<kKeyRows>(rule, t, s, dp, coord);
+    if (masked) zero_hidden<kScoreRows>(rule, t, s, dp, coord);
   if constexpr (kStagedDbias) {
     if (dbias_staged) {  // values (2k, 2k + 1) are neighbouring keys: one 32-bit store per pair
       CUTE_UNROLL
       for (int e = 0; e < size(dp); e += 2) {
         int r, c;
-        tile_row_col<kKeyRows>(coord, e, &r, &c);
+        tile_row_col<kScoreRows>(coord, e, &r, &c);
         *reinterpret_cast<std::uint32_t*>(shared_bias.tile + r * shared_bias.pitch + c * 2) =
             pack_pair<Element>(dp(e), dp(e + 1));
       }
@@ -342,7 +348,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
       CUTE_UNROLL
       for (int e = 0; e < size(dp); e += 2) {
         std::int64_t i, j;
-        query_key<kKeyRows>(t, coord, e, &i, &j);
+        query_key<kScoreRows>(t, coord, e, &i, &j);
         if (i >= t.q_len) continue;
         float* a = accum + i * p.dbias_accum_strides[2] + j * p.dbias_accum_strides[3];
         CUTE_UNROLL

@@ -75,11 +75,15 @@ void finish_gradient(const GradAccum& g, void* out, std::int64_t batch_stride, s
         g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
 }
 
+// Who gives the keys past seqused_k (variable lengths) their zero gradients: the prologue, or the
+// last step of rows that write every gradient element from a workspace (the SIMT rows).
+enum class UnusedKeys { zeroed_by_prologue, written_from_workspace };
+
 // Before the gradient kernels: delta (and `zero`, a workspace with delta's rows, cleared by the
-// same kernel; null: none), then dbias (or its workspace) zeroed and, for the register rows,
+// same kernel; null: none), then dbias (or its workspace) zeroed and (UnusedKeys::zeroed_by_prologue)
 // zero gradients for keys past seqused_k.
 template <class Element>
-Status backward_prologue(const BwdParams& p, bool zero_unused_keys, cudaStream_t stream,
+Status backward_prologue(const BwdParams& p, UnusedKeys unused_keys, cudaStream_t stream,
                          const GradAccum* zero = nullptr) {
   const std::int64_t delta_rows = (p.seqstart_q ? 1 : p.batch) * p.delta_rows * p.heads_q;
   GradAccum cleared{};
@@ -106,7 +110,8 @@ Status backward_prologue(const BwdParams& p, bool zero_unused_keys, cudaStream_t
     const std::int64_t rows = p.dbias_sizes[0] * p.dbias_sizes[1] * p.dbias_sizes[2];
     if (rows > 0 && p.dbias_sizes[3] > 0) zero_dbias_kernel<Element><<<elementwise_grid(rows, 1), 256, 0, stream>>>(p);
   }
-  if (zero_unused_keys && p.seqused_k) zero_unused_keys_kernel<Element><<<unsigned(p.batch), 256, 0, stream>>>(p);
+  if (unused_keys == UnusedKeys::zeroed_by_prologue && p.seqused_k)
+    zero_unused_keys_kernel<Element><<<unsigned(p.batch), 256, 0, stream>>>(p);
   return cuda_status(cudaGetLastError(), "backward preprocessing");
 }
 
@@ -124,7 +129,7 @@ Status backward_epilogue(const BwdParams& p, cudaStream_t stream) {
 // the delta kernel), launch_kernel(), then dQ written from the workspace.
 template <class Element, class LaunchKernel>
 Status launch_backward_dq_atomics(const BwdParams& p, cudaStream_t stream, LaunchKernel&& launch_kernel) {
-  if (Status s = backward_prologue<Element>(p, true, stream, &p.dq_accum); !s.ok()) return s;
+  if (Status s = backward_prologue<Element>(p, UnusedKeys::zeroed_by_prologue, stream, &p.dq_accum); !s.ok()) return s;
   if (Status s = launch_kernel(); !s.ok()) return s;
   finish_gradient<Element>(p.dq_accum, p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.head_dim,
                            p.scale, stream);

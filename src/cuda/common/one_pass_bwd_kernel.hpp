@@ -560,7 +560,8 @@ __device__ void fused_bwd_tile(const BwdParams& p, const KvWorkItem& work, const
     if constexpr (kSplit > 1) exchange.sum(exchanges++, acc_s, acc_dp);
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
-    gradient_tile<Element, kFeatures, false, true, kExpDuringDp ? ScoresIn::probabilities : ScoresIn::raw>(
+    gradient_tile<Element, kFeatures, ScoreRows::queries, Dbias::write,
+                  kExpDuringDp ? ScoresIn::probabilities : ScoresIn::raw>(
         p, rule, origin, masked, acc_s, acc_dp, coord_s, lse2, delta,
         SharedBias{tile_bias ? smem_bias : nullptr, Smem::BiasTile::kPitch}, stage_dbias);
     {

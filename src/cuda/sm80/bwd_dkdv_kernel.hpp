@@ -152,8 +152,8 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
       const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
       const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
       const SharedBias shared_bias{tile_bias ? smem_bias : nullptr, Smem::BiasTile::kPitch};
-      gradient_tile<Element, kFeatures, true, false>(p, rule, origin, masked, acc_st, acc_dpt, tScS, lse2, delta,
-                                                     shared_bias);
+      gradient_tile<Element, kFeatures, ScoreRows::keys, Dbias::skip>(p, rule, origin, masked, acc_st, acc_dpt, tScS,
+                                                                      lse2, delta, shared_bias);
 
       // dV += (P Z)^T dO and dK += dS^T Q, the transposed tiles reused from registers.
       Tensor p_frag = convert_fragment<Element>(acc_st);

@@ -148,8 +148,8 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m_end, n0, n0 + kBlockN);
     const SharedBias shared_bias{tile_bias ? smem_bias : nullptr, Smem::BiasTile::kPitch};
-    gradient_tile<Element, kFeatures, false, true>(p, rule, origin, masked, acc_s, acc_dp, tScS, lse2, delta,
-                                                   shared_bias, stage_dbias);
+    gradient_tile<Element, kFeatures, ScoreRows::queries, Dbias::write>(p, rule, origin, masked, acc_s, acc_dp, tScS,
+                                                                         lse2, delta, shared_bias, stage_dbias);
 
     // dQ += dS K.
     Tensor ds_frag = convert_fragment<Element>(acc_dp);

@@ -226,7 +226,8 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
     }
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kRows > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kRows);
-    gradient_tile<Element, kFeatures, true, false>(p, rule, origin, masked, acc_st, acc_dpt, tScS, lse2, delta);
+    gradient_tile<Element, kFeatures, ScoreRows::keys, Dbias::skip>(p, rule, origin, masked, acc_st, acc_dpt, tScS,
+                                                                      lse2, delta);
     Tensor p_frag = convert_fragment<Element>(acc_st);
     Tensor ds_frag = convert_fragment<Element>(acc_dpt);
     Tensor rPt = cute::make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
@@ -328,7 +329,8 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kRows > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kRows);
-    gradient_tile<Element, kFeatures, false, true>(p, rule, origin, masked, acc_s, acc_dp, tScS, lse2, delta);
+    gradient_tile<Element, kFeatures, ScoreRows::queries, Dbias::write>(p, rule, origin, masked, acc_s, acc_dp, tScS,
+                                                                         lse2, delta);
     Tensor ds_frag = convert_fragment<Element>(acc_dp);
     Tensor rdS = cute::make_tensor(ds_frag.data(), acc_as_a_operand(ds_frag.layout()));
     for (int c = 0; c < qc; ++c, ++job) {

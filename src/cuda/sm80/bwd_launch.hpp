@@ -18,7 +18,7 @@ namespace memattn::cuda::sm80 {
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>
 Status launch_backward(const BwdParams& p, cudaStream_t stream) {
   using Element = typename DqTraits::Element;
-  if (Status s = backward_prologue<Element>(p, true, stream); !s.ok()) return s;
+  if (Status s = backward_prologue<Element>(p, UnusedKeys::zeroed_by_prologue, stream); !s.ok()) return s;
   if (Status s = launch_grid(dkdv_kernel<DkdvTraits, kFeatures>, DkdvTraits::kThreads, DkdvSmem<DkdvTraits, kFeatures>::kBytes,
                              p.num_kv_blocks, 0, p, stream);
       !s.ok())
@@ -35,7 +35,7 @@ Status launch_backward(const BwdParams& p, cudaStream_t stream) {
 template <class Traits, unsigned kFeatures>
 Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
-  if (Status s = backward_prologue<Element>(p, false, stream); !s.ok()) return s;
+  if (Status s = backward_prologue<Element>(p, UnusedKeys::written_from_workspace, stream); !s.ok()) return s;
   for (const GradAccum* g : {&p.dq_accum, &p.dk_accum, &p.dv_accum})
     if (Status s = clear_accum(*g, "gradient workspace", stream); !s.ok()) return s;
   if (Status s = launch_grid(dkdv_simt_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p.num_kv_blocks,
@@ -61,7 +61,7 @@ Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
 template <class Traits, unsigned kFeatures>
 Status launch_backward_gacc(const BwdParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
-  if (Status s = backward_prologue<Element>(p, true, stream); !s.ok()) return s;
+  if (Status s = backward_prologue<Element>(p, UnusedKeys::zeroed_by_prologue, stream); !s.ok()) return s;
   if (Status s = launch_grid(dkdv_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes,
                              p.num_kv_blocks, p.kv_grid_ctas, p, stream);
       !s.ok())

@@ -150,7 +150,8 @@ __device__ void dkdv_simt_tile(const BwdParams& p, const KvWorkItem& work, float
                        ty);
       const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
       const bool masked = n0 + kTile > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kTile);
-      gradient_tile<Element, kFeatures, true, false>(p, rule, origin, masked, st, dpt, tScS, lse2, delta);
+      gradient_tile<Element, kFeatures, ScoreRows::keys, Dbias::skip>(p, rule, origin, masked, st, dpt, tScS, lse2,
+                                                                      delta);
       store_tile_rows(sPt, st, tx, ty, kLd);
       store_tile_rows(sdSt, dpt, tx, ty, kLd);
       // dV += (P Z)^T dO and dK += dS^T Q (the scale is applied when dK is written).
@@ -211,7 +212,8 @@ __device__ void dq_simt_tile(const BwdParams& p, const WorkItem& work, float* sm
                      sAt, sBt, dp, tx, ty);
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kTile > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kTile);
-    gradient_tile<Element, kFeatures, false, true>(p, rule, origin, masked, s, dp, tScS, lse2, delta);
+    gradient_tile<Element, kFeatures, ScoreRows::queries, Dbias::write>(p, rule, origin, masked, s, dp, tScS, lse2,
+                                                                         delta);
     store_tile_rows(sdS, dp, tx, ty, kLd);
     accumulate_rows<Traits>(dq_accum, dq_ld, rows, sdS, k_ptr + n0 * p.k_row_stride, p.k_row_stride, keys, p.head_dim,
                             sRows, tx, ty);

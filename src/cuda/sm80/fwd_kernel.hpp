@@ -25,6 +25,13 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
+// What a key tile of the forward needs (forward_tile walks each kind in a loop of its own): the
+// per-element mask (the tiles at the edges of the window, and past the keys), or none, with the
+// softmax scale applied to the scores first or in the softmax's exp2 FFMA.
+enum class KeyTile { masked, unmasked, unmasked_scale_in_softmax };
+template <KeyTile kKind>
+using KeyTileKind = std::integral_constant<KeyTile, kKind>;
+
 template <class Traits, unsigned kFeatures>
 __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* smem) {
   using Element = typename Traits::Element;
@@ -113,17 +120,17 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   OnlineSoftmax<decltype(size<0>(acc_o_rc))::value> softmax;
   softmax.init();
 
-  // One key tile. kMasked is a compile-time constant so that the tiles inside the window carry no
-  // mask code at all (the compiler would otherwise predicate it into every iteration). With
-  // kScaleInSoftmax the scores stay unscaled and the softmax's exp2 FFMA applies the scale: only
-  // for unmasked tiles without bias (a bias adds to scaled scores) and with scale > 0 (the max of
-  // the unscaled scores is then the scaled max). Otherwise transform_scores_rows leaves scale * s
-  // + bias and the softmax's FFMA applies log2(e). Always inlined: as a call (which nvcc chose for
-  // the rows with bias/dropout code) the accumulators it captures by reference live in local
-  // memory -- 832 B per thread at D = 256, 20 TFLOP/s.
-  const auto key_tile = [&](int n, auto masked_tag, auto scale_in_softmax_tag) __attribute__((always_inline)) {
-    constexpr bool kMasked = decltype(masked_tag)::value;
-    constexpr bool kScaleInSoftmax = decltype(scale_in_softmax_tag)::value;
+  // One key tile, of a kind fixed at compile time (KeyTile) so that the tiles inside the window
+  // carry no mask code at all (the compiler would otherwise predicate it into every iteration).
+  // With KeyTile::unmasked_scale_in_softmax the scores stay unscaled and the softmax's exp2 FFMA
+  // applies the scale: only for tiles without bias (a bias adds to scaled scores) and with scale > 0
+  // (the max of the unscaled scores is then the scaled max). Otherwise transform_scores_rows leaves
+  // scale * s + bias and the softmax's FFMA applies log2(e). Always inlined: as a call (which nvcc
+  // chose for the rows with bias/dropout code) the accumulators it captures by reference live in
+  // local memory -- 832 B per thread at D = 256, 20 TFLOP/s.
+  const auto key_tile = [&](int n, auto kind) __attribute__((always_inline)) {
+    constexpr bool kMasked = decltype(kind)::value == KeyTile::masked;
+    constexpr bool kScaleInSoftmax = decltype(kind)::value == KeyTile::unmasked_scale_in_softmax;
     static_assert(!kScaleInSoftmax || (!kMasked && (kFeatures & kBias) == 0));
     const int t = opaque_thread<Traits::kThreads>();
     auto thr_mma = mma.get_thread_slice(t);
@@ -196,17 +203,17 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   // A negative (or zero) scale takes the unmasked tiles through the second loop.
   int n = n_last;
   CUTE_NO_UNROLL
-  for (; n >= n_first && n > n_full_hi; --n) key_tile(n, std::true_type{}, std::false_type{});
+  for (; n >= n_first && n > n_full_hi; --n) key_tile(n, KeyTileKind<KeyTile::masked>{});
   if constexpr ((kFeatures & kBias) == 0) {
     if (p.scale_log2 > 0.0f) {
       CUTE_NO_UNROLL
-      for (; n >= n_first && n >= n_full_lo; --n) key_tile(n, std::false_type{}, std::true_type{});
+      for (; n >= n_first && n >= n_full_lo; --n) key_tile(n, KeyTileKind<KeyTile::unmasked_scale_in_softmax>{});
     }
   }
   CUTE_NO_UNROLL
-  for (; n >= n_first && n >= n_full_lo; --n) key_tile(n, std::false_type{}, std::false_type{});
+  for (; n >= n_first && n >= n_full_lo; --n) key_tile(n, KeyTileKind<KeyTile::unmasked>{});
   CUTE_NO_UNROLL
-  for (; n >= n_first; --n) key_tile(n, std::true_type{}, std::false_type{});
+  for (; n >= n_first; --n) key_tile(n, KeyTileKind<KeyTile::masked>{});
 
   // Epilogue: normalise, LSE, then O through shared memory (Q's space) to global memory. The
   // sequence is looked up again rather than kept live across the key loop.
