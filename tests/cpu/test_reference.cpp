@@ -1,13 +1,8 @@
-// The float64 reference against closed forms and finite differences, and the numeric building
-// blocks (Philox known answers, half/bf16 conversions).
+// The float64 reference (src/cpu/reference.cpp) against closed forms and finite differences.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
-#include "core/numeric.hpp"
-#include "core/problem.hpp"
-#include "memattn/dropout.hpp"
 #include "memattn/reference.hpp"
 #include "support/check.hpp"
 #include "workload/workload.hpp"
@@ -158,92 +153,6 @@ TEST(Reference, GradientsMatchFiniteDifferences) {
     EXPECT_GT(ref2, 0.0) << to_string(c.t);
     EXPECT_LT(std::sqrt(diff2 / ref2), 1e-6) << "gradient of " << to_string(c.t);
   }
-}
-
-// Known-answer vectors of Philox4x32-10 (Random123's kat_vectors).
-// visible_pairs_of (closed form, used for FLOP counts and by the dispatcher) against counting
-// each query's keys, over shapes, shifts and windows around every boundary.
-TEST(Mask, VisiblePairsMatchCounting) {
-  const auto counted = [](std::int64_t q_len, std::int64_t k_len, std::int64_t shift, std::int64_t left,
-                          std::int64_t right) {
-    std::int64_t pairs = 0;
-    for (std::int64_t i = 0; i < q_len; ++i)
-      for (std::int64_t j = 0; j < k_len; ++j) {
-        const std::int64_t rel = j - (i + shift);
-        if ((left == kUnbounded || rel >= -left) && (right == kUnbounded || rel <= right)) ++pairs;
-      }
-    return pairs;
-  };
-  const std::int64_t sides[] = {kUnbounded, 0, 1, 3, 17, 40};
-  int checked = 0;
-  for (std::int64_t q_len : {0, 1, 5, 17, 33})
-    for (std::int64_t k_len : {0, 1, 4, 17, 40})
-      for (std::int64_t shift : {std::int64_t(0), k_len - q_len, std::int64_t(-7), std::int64_t(9)})
-        for (std::int64_t left : sides)
-          for (std::int64_t right : sides) {
-            EXPECT_EQ(detail::visible_pairs_of(q_len, k_len, shift, left, right), counted(q_len, k_len, shift, left, right))
-                << "q_len " << q_len << " k_len " << k_len << " shift " << shift << " left " << left << " right "
-                << right;
-            ++checked;
-          }
-  EXPECT_EQ(checked, 5 * 5 * 4 * 6 * 6);
-}
-
-TEST(Philox, KnownAnswers) {
-  const struct {
-    std::uint32_t ctr[4], key[2], out[4];
-  } kat[] = {
-      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
-      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff},
-       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
-      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
-       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
-  };
-  for (const auto& k : kat) {
-    std::uint32_t out[4];
-    philox4x32_10(k.ctr, k.key, out);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], k.out[i]) << "word " << i;
-  }
-}
-
-TEST(Numeric, HalfRoundTripsEveryValue) {
-  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
-    const float f = detail::half_to_float(std::uint16_t(bits));
-    if (std::isnan(f)) continue;
-    EXPECT_EQ(detail::float_to_half(f), bits) << std::hex << bits;
-  }
-}
-
-TEST(Numeric, HalfRoundsToNearestEven) {
-  EXPECT_EQ(detail::float_to_half(1.0f + 1.0f / 2048), 0x3c00);  // tie -> even (1.0)
-  EXPECT_EQ(detail::float_to_half(1.0f + 3.0f / 2048), 0x3c02);  // tie -> even (up)
-  EXPECT_EQ(detail::float_to_half(65520.0f), 0x7c00);            // rounds to inf
-  EXPECT_EQ(detail::float_to_half(65519.0f), 0x7bff);
-  EXPECT_EQ(detail::float_to_half(std::ldexp(1.0f, -25)), 0x0000);                 // tie -> 0
-  EXPECT_EQ(detail::float_to_half(std::ldexp(1.5f, -25)), 0x0001);                 // smallest subnormal
-  EXPECT_EQ(detail::float_to_half(std::ldexp(1.0f, -14) * (1 - 1.0f / 2048)), 0x0400);  // up to normal
-  std::mt19937 g(7);
-  std::uniform_real_distribution<float> u(-70000.f, 70000.f);
-  for (int n = 0; n < 100000; ++n) {  // against double-precision rounding of the neighbours
-    const float f = u(g) * (n % 2 ? 1e-4f : 1.0f);
-    const float r = detail::half_to_float(detail::float_to_half(f));
-    if (std::isinf(r)) continue;
-    const std::uint16_t b = detail::float_to_half(f);
-    const float lo = detail::half_to_float(std::uint16_t(b - 1)), hi = detail::half_to_float(std::uint16_t(b + 1));
-    EXPECT_LE(std::abs(double(r) - f), std::abs(double(lo) - f)) << f;
-    EXPECT_LE(std::abs(double(r) - f), std::abs(double(hi) - f)) << f;
-  }
-}
-
-TEST(Numeric, Bf16RoundsToNearestEven) {
-  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
-    const float f = detail::bf16_to_float(std::uint16_t(bits));
-    if (!std::isnan(f)) EXPECT_EQ(detail::float_to_bf16(f), bits);
-  }
-  EXPECT_EQ(detail::float_to_bf16(detail::bits_float(0x3f808000u)), 0x3f80);  // tie -> even
-  EXPECT_EQ(detail::float_to_bf16(detail::bits_float(0x3f818000u)), 0x3f82);  // tie -> even (up)
-  EXPECT_EQ(detail::float_to_bf16(detail::bits_float(0x3f808001u)), 0x3f81);
-  EXPECT_TRUE(std::isnan(detail::bf16_to_float(detail::float_to_bf16(NAN))));
 }
 
 }  // namespace

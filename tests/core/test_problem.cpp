@@ -1,10 +1,11 @@
-// Bad input: a clear error naming the argument, before anything runs, with outputs untouched.
+// Validation and planning (src/core/problem.cpp): bad input gets a clear error naming the argument,
+// before anything runs, with outputs untouched; the visible pairs the plans count.
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <limits>
 
-#include "memattn/reference.hpp"
+#include "core/problem.hpp"
 #include "support/check.hpp"
 #include "workload/workload.hpp"
 
@@ -207,56 +208,46 @@ TEST(Validation, VarlenNeedsPackedBatch) {
       nullptr, "batch dimension must be 1");
 }
 
-TEST(Validation, WorkspaceTooSmallIsNotAskedOnCpu) {
-  // The CPU backend needs no workspace, so any size (even 0 with a pointer) is enough.
-  tools::Workload w(good_spec());
-  w.fill_inputs(next_seed());
-  ForwardArgs a = w.forward_args();
-  alignas(16) char scratch[16];
-  a.workspace = scratch;
-  a.workspace_bytes = 0;
-  std::size_t need = 1;
-  EXPECT_TRUE(forward_workspace_size(a, &need).ok());
-  EXPECT_EQ(need, 0u);
-  EXPECT_TRUE(forward(a).ok());
-}
-
 TEST(Validation, CudaBackendWithHostMemory) {
   expect_rejected([](ForwardArgs& a) { a.backend = Backend::cuda; }, [](BackwardArgs& a) { a.backend = Backend::cuda; },
                   "backend: cuda needs device memory");
 }
 
-TEST(Validation, StatusText) {
-  const Status s(StatusCode::invalid_argument, "q: bad");
-  EXPECT_EQ(s.to_string(), "invalid argument: q: bad");
-  EXPECT_EQ(Status::Ok().to_string(), "ok");
-}
-
-}  // namespace
-}  // namespace memattn::testing
-
-namespace memattn::testing {
-namespace {
-
-// f64 runs on the reference alone: `automatic` picks it, the fast backends refuse it.
-TEST(Validation, Float64RunsOnTheReferenceOnly) {
+// f64 runs on the reference alone: the fast backends refuse it (the API's test runs it).
+TEST(Validation, Float64OnAFastBackend) {
   tools::ProblemSpec s = good_spec();
   s.dtype = DType::f64;
   s.backend = Backend::cpu;
   expect_rejected([](ForwardArgs&) {}, [](BackwardArgs&) {}, "f64 is supported by the reference backend only",
                   StatusCode::invalid_argument, s);
-  s.backend = Backend::automatic;
-  tools::Workload w(s);
-  w.fill_inputs(next_seed());
-  w.poison_outputs();
-  ASSERT_TRUE(forward(w.forward_args()).ok());
-  reference::ForwardResult ref;
-  ASSERT_TRUE(reference::forward(w.host_forward_args(), &ref).ok());
-  EXPECT_EQ(w.to_double(tools::Tensor::out), ref.out) << "f64 outputs are the reference's, unrounded";
-  ASSERT_TRUE(backward(w.backward_args()).ok());
-  reference::BackwardResult grads;
-  ASSERT_TRUE(reference::backward(w.host_backward_args(), &grads).ok());
-  EXPECT_EQ(w.to_double(tools::Tensor::dq), grads.dq);
+}
+
+// visible_pairs_of (closed form, used for FLOP counts and by the dispatcher) against counting
+// each query's keys, over shapes, shifts and windows around every boundary.
+TEST(Problem, VisiblePairsMatchCounting) {
+  const auto counted = [](std::int64_t q_len, std::int64_t k_len, std::int64_t shift, std::int64_t left,
+                          std::int64_t right) {
+    std::int64_t pairs = 0;
+    for (std::int64_t i = 0; i < q_len; ++i)
+      for (std::int64_t j = 0; j < k_len; ++j) {
+        const std::int64_t rel = j - (i + shift);
+        if ((left == kUnbounded || rel >= -left) && (right == kUnbounded || rel <= right)) ++pairs;
+      }
+    return pairs;
+  };
+  const std::int64_t sides[] = {kUnbounded, 0, 1, 3, 17, 40};
+  int checked = 0;
+  for (std::int64_t q_len : {0, 1, 5, 17, 33})
+    for (std::int64_t k_len : {0, 1, 4, 17, 40})
+      for (std::int64_t shift : {std::int64_t(0), k_len - q_len, std::int64_t(-7), std::int64_t(9)})
+        for (std::int64_t left : sides)
+          for (std::int64_t right : sides) {
+            EXPECT_EQ(detail::visible_pairs_of(q_len, k_len, shift, left, right), counted(q_len, k_len, shift, left, right))
+                << "q_len " << q_len << " k_len " << k_len << " shift " << shift << " left " << left << " right "
+                << right;
+            ++checked;
+          }
+  EXPECT_EQ(checked, 5 * 5 * 4 * 6 * 6);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Dropout: the kept fraction, the documented counter mapping, and identical masks across the
-// reference, the forward and the backward of a backend.
+// Philox4x32-10 (src/core/philox.hpp) and the dropout mapping built on it: known answers, the
+// kept fraction, the documented counter mapping, and identical masks across the reference, the
+// forward and the backward of a backend.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,24 @@
 
 namespace memattn::testing {
 namespace {
+
+// Known-answer vectors of Philox4x32-10 (Random123's kat_vectors).
+TEST(Philox, KnownAnswers) {
+  const struct {
+    std::uint32_t ctr[4], key[2], out[4];
+  } kat[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff},
+       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, {0xa4093822, 0x299f31d0},
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (const auto& k : kat) {
+    std::uint32_t out[4];
+    philox4x32_10(k.ctr, k.key, out);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], k.out[i]) << "word " << i;
+  }
+}
 
 TEST(Dropout, ThresholdRoundsP) {
   EXPECT_EQ(dropout_threshold(0.0), 0u);
