@@ -3,7 +3,7 @@
 
 #include "memattn/attention.hpp"
 #include "memattn/reference.hpp"
-#include "support/check.hpp"
+#include "support/seed.hpp"
 #include "workload/workload.hpp"
 
 namespace memattn::testing {

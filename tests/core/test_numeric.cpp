@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/numeric.hpp"
+#include "support/seed.hpp"
 
 namespace memattn::detail {
 namespace {
@@ -27,7 +28,7 @@ TEST(Numeric, HalfRoundsToNearestEven) {
   EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000);                 // tie -> 0
   EXPECT_EQ(float_to_half(std::ldexp(1.5f, -25)), 0x0001);                 // smallest subnormal
   EXPECT_EQ(float_to_half(std::ldexp(1.0f, -14) * (1 - 1.0f / 2048)), 0x0400);  // up to normal
-  std::mt19937 g(7);
+  std::mt19937_64 g(testing::next_seed());
   std::uniform_real_distribution<float> u(-70000.f, 70000.f);
   for (int n = 0; n < 100000; ++n) {  // against double-precision rounding of the neighbours
     const float f = u(g) * (n % 2 ? 1e-4f : 1.0f);

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "memattn/reference.hpp"
-#include "support/check.hpp"
+#include "support/seed.hpp"
 #include "workload/workload.hpp"
 
 namespace memattn::testing {

@@ -8,6 +8,7 @@
 
 #include "core/numeric.hpp"
 #include "smoke.hpp"
+#include "support/seed.hpp"
 
 namespace memattn::smoke {
 namespace {
@@ -24,7 +25,7 @@ int device_major() {
 }
 
 void run(int (*gemm)(const std::uint16_t*, const std::uint16_t*, float*)) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937_64 rng(testing::next_seed());
   std::normal_distribution<float> normal;
   std::vector<std::uint16_t> a(kRows * kDepth), b(kRows * kDepth);
   for (auto& x : a) x = detail::float_to_bf16(normal(rng));

@@ -3,7 +3,8 @@ and dtype, gradcheck in float64, opcheck, torch.compile without graph breaks, dr
 reproducibility, the SDPA layout, double backward, and errors. CPU tensors always; CUDA tensors
 where a GPU is present (a pass the CUDA backend does not have yet is skipped with the library's
 reason). Every test runs through each eager path: the C++ autograd Function (memattn._autograd,
-where the package was built with torch) and the Python Function it falls back to."""
+where the package was built with torch) and the Python Function it falls back to. Random inputs come
+from conftest.py's per-test seed (MEMATTN_TEST_SEED)."""
 import math
 
 import pytest
@@ -107,7 +108,6 @@ def test_matches_math_attention(device, dtype, case):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_varlen_matches_each_sequence(device):
-    torch.manual_seed(1)
     lens_q, lens_k = [5, 0, 17], [9, 4, 12]
     starts_q = torch.tensor([0, 5, 5, 22], dtype=torch.int32, device=device)
     starts_k = torch.tensor([0, 9, 13, 25], dtype=torch.int32, device=device)
@@ -142,7 +142,6 @@ def test_dropout_uses_the_documented_mask_and_reproduces(device):
 
 
 def test_gradcheck_float64_cpu():
-    torch.manual_seed(0)
     q, k, v = leaf((1, 5, 2, 3), torch.float64, "cpu"), leaf((1, 6, 1, 3), torch.float64, "cpu"), \
         leaf((1, 6, 1, 2), torch.float64, "cpu")
     bias = leaf((1, 2, 5, 6), torch.float64, "cpu")
@@ -175,7 +174,6 @@ def test_compiled_transformer_block_has_no_graph_breaks():
             y = attend(q, k, v, is_causal=True)  # [B, H, N, D]
             return x + self.proj(y.transpose(1, 2).reshape(b, n, c))
 
-    torch.manual_seed(0)
     block, x = Block(), torch.randn(2, 16, 32, requires_grad=True)
     ref = block(x, torch.nn.functional.scaled_dot_product_attention)
     compiled = torch.compile(block, backend="aot_eager", fullgraph=True)  # fullgraph: a graph break is an error
@@ -189,7 +187,6 @@ def test_compiled_transformer_block_has_no_graph_breaks():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("causal, bias", [(False, False), (True, True)])
 def test_sdpa_layout_matches_attention_on_the_transposes(device, causal, bias):
-    torch.manual_seed(2)
     q, k, v = leaf((2, 4, 19, 16), torch.float32, device), leaf((2, 2, 23, 16), torch.float32, device), \
         leaf((2, 2, 23, 8), torch.float32, device)
     mask = leaf((2, 4, 19, 23), torch.float32, device) if bias else None

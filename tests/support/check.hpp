@@ -1,4 +1,5 @@
-// Checks one problem end to end (DESIGN.md §3): fresh random inputs, poisoned outputs, forward
+// Checks one problem end to end (DESIGN.md §3): fresh random inputs (support/seed.hpp's next
+// stream of the running test), poisoned outputs, forward
 // then backward on the spec's backend, every output compared with the float64 reference, and
 // each error held within 2x of the naive same-dtype implementation's error.
 #pragma once
@@ -6,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "support/seed.hpp"
 #include "workload/workload.hpp"
 
 namespace memattn::testing {
@@ -15,9 +17,6 @@ struct CheckOptions {
   // Skip (with the library's reason) when the backend has no backward kernel for the problem.
   bool skip_unsupported_backward = false;
 };
-
-// Fresh seed for every call, so each test run draws new inputs (printed on failure).
-std::uint64_t next_seed();
 
 void check_case(const tools::ProblemSpec& spec, const CheckOptions& options = {});
 
