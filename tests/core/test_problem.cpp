@@ -222,6 +222,40 @@ TEST(Validation, Float64OnAFastBackend) {
                   StatusCode::invalid_argument, s);
 }
 
+// overrides.kernel names a CUDA kernel-table row. The CPU and reference backends have none, so a
+// name is refused there, before anything runs (a measurement must not run something other than
+// what it names), whether or not the name is a row.
+TEST(Validation, KernelOverrideNeedsTheCudaBackend) {
+  for (const Backend backend : {Backend::cpu, Backend::automatic, Backend::reference}) {
+    tools::ProblemSpec s = good_spec();
+    s.backend = backend;
+    SCOPED_TRACE(to_string(backend));
+    expect_rejected([](ForwardArgs& a) { a.overrides.kernel = "fwd_sm80_bf16_d64_m128n64w4_vec_plain"; },
+                    [](BackwardArgs& a) { a.overrides.kernel = "no_such_row"; }, "overrides.kernel",
+                    StatusCode::invalid_argument, s);
+    tools::Workload w(s);
+    ForwardArgs a = w.forward_args();
+    a.overrides.kernel = "fwd_sm80_bf16_d64_m128n64w4_vec_plain";
+    EXPECT_NE(validate(a).message().find("applies to the CUDA backend only"), std::string::npos)
+        << validate(a).message();
+  }
+}
+
+// The scheduling overrides have nothing to turn off on the CPU: accepted and ignored.
+TEST(Validation, SchedulingOverridesAreIgnoredOffTheGpu) {
+  tools::ProblemSpec s = good_spec();
+  for (KernelOverrides* o : {&s.forward_overrides, &s.backward_overrides}) {
+    o->l2_sized_groups = false;
+    o->split_last_wave = false;
+  }
+  tools::Workload w(s);
+  w.fill_inputs(next_seed());
+  const Status f = forward(w.forward_args());
+  EXPECT_TRUE(f.ok()) << f.to_string();
+  const Status b = backward(w.backward_args());
+  EXPECT_TRUE(b.ok()) << b.to_string();
+}
+
 // visible_pairs_of (closed form, used for FLOP counts and by the dispatcher) against counting
 // each query's keys, over shapes, shifts and windows around every boundary.
 TEST(Problem, VisiblePairsMatchCounting) {

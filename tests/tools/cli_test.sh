@@ -52,6 +52,17 @@ for f in out lse dq dk dv dbias q k v bias do; do
 done
 expect 2 "q.npy" run --backend "$backend" --load "$tmp/nonexistent"
 
+# The dispatcher's overrides. --kernel takes a row name per pass; on the CPU the library refuses
+# a forced row (it names overrides.kernel), and the scheduling flags are accepted and ignored.
+expect 0 "result: PASS" run "${small[@]}" --no-l2-groups --no-tail-split
+expect 2 "not a kernel-table row name" run "${small[@]}" --kernel no_such_row
+expect 2 "at most one row per pass" run "${small[@]}" --kernel bwd_sm80_a,bwd_sm80_b
+if [[ $backend == cpu ]]; then
+  expect 2 "overrides.kernel" run "${small[@]}" --kernel fwd_sm80_bf16_d64_m128n64w4_vec_plain
+  expect 2 "overrides.kernel" run "${small[@]}" --kernel fwd_sm80_a --kernel bwd_sm80_b
+  expect 2 "overrides.kernel" kernels --backend cpu --kernel bwd_sm80_bf16_d64_m64n64w4_vec_plain
+fi
+
 # Bad flags: clear error, exit code 2, no crash.
 expect 2 "dtype" run --dtype fp64
 expect 2 "multiple of kv heads" run --backend "$backend" --heads-q 3 --heads-k 2
