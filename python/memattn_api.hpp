@@ -44,7 +44,7 @@ struct Api {
   Status (*backward)(const BackwardArgs&);
 };
 
-constexpr int kApiVersion = 1;
+constexpr int kApiVersion = 2;  // 2: Options gained `overrides`
 constexpr const char* kApiCapsuleName = "memattn._C._api";
 
 }  // namespace memattn::python

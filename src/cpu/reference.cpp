@@ -122,6 +122,7 @@ Status forward(const ForwardArgs& args, ForwardResult* result, const Progress& p
                const Selection& selection) {
   ForwardArgs host = args;
   host.backend = Backend::reference;
+  host.overrides = {};  // the CUDA dispatcher's overrides mean nothing to the reference
   Problem pr;
   if (Status s = detail::build_problem(host, &pr); !s.ok()) return s;
   if (Status s = check_selection(selection, pr); !s.ok()) return s;
@@ -169,6 +170,7 @@ Status backward(const BackwardArgs& args, BackwardResult* result, const Progress
                 const Selection& selection) {
   BackwardArgs host = args;
   host.backend = Backend::reference;
+  host.overrides = {};  // the CUDA dispatcher's overrides mean nothing to the reference
   Problem pr;
   if (Status s = detail::build_problem(host, &pr); !s.ok()) return s;
   if (Status s = check_selection(selection, pr); !s.ok()) return s;
