@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <random>
 
 #include "memattn/dropout.hpp"
 #include "memattn/reference.hpp"
@@ -68,6 +70,28 @@ TEST(Dropout, EveryCoordinateMatters) {
   EXPECT_NE(base, mask(1, 0, 0, 1, 0));
   EXPECT_NE(base, mask(1, 0, 0, 0, 1));
   EXPECT_EQ(base, mask(1, 0, 0, 0, 0));
+}
+
+// dropout_keep is the mapping include/memattn/dropout.hpp documents, computed here from Philox
+// itself: counter (j / 4, i, b * Hq + h, offset), key = seed low word first, word j % 4 kept iff
+// >= dropout_threshold(p), at random coordinates (offset < 2^32, j up to 2^34).
+TEST(Dropout, KeepIsTheDocumentedCounterMapping) {
+  std::mt19937_64 g(next_seed());
+  for (int n = 0; n < 20000; ++n) {
+    const std::uint64_t seed = g(), offset = g() >> 32;
+    const std::int64_t heads = std::int64_t(1 + g() % 64), b = std::int64_t(g() % 1000), h = std::int64_t(g() % std::uint64_t(heads));
+    const std::int64_t i = std::int64_t(g() >> 32), j = std::int64_t(g() >> 30);
+    const double p = (n % 3 == 0) ? 0.5 : double(g() >> 11) * 0x1.0p-53;  // [0, 1)
+    const std::uint32_t counter[4] = {std::uint32_t(std::uint64_t(j) / 4), std::uint32_t(i), std::uint32_t(b * heads + h),
+                                      std::uint32_t(offset)};
+    const std::uint32_t key[2] = {std::uint32_t(seed), std::uint32_t(seed >> 32)};
+    std::uint32_t words[4];
+    philox4x32_10(counter, key, words);
+    const bool want = words[j % 4] >= dropout_threshold(p);
+    ASSERT_EQ(dropout_keep(seed, offset, b, h, heads, i, j, p), want)
+        << "seed " << seed << " offset " << offset << " b " << b << " h " << h << " of " << heads << " i " << i
+        << " j " << j << " p " << p;
+  }
 }
 
 TEST(Dropout, ForwardAndBackwardMasksMatchTheMappingOnCpu) { check_dropout_masks(Backend::cpu, true); }

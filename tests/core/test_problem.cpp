@@ -1,7 +1,9 @@
 // Validation and planning (src/core/problem.cpp): bad input gets a clear error naming the argument,
-// before anything runs, with outputs untouched; the visible pairs the plans count.
+// before anything runs, with outputs untouched; good input gets the Problem the backends read
+// (sizes, resolved backend, bias broadcast, dropout threshold, sequences, visible pairs).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <limits>
 
@@ -254,6 +256,121 @@ TEST(Validation, SchedulingOverridesAreIgnoredOffTheGpu) {
   EXPECT_TRUE(f.ok()) << f.to_string();
   const Status b = backward(w.backward_args());
   EXPECT_TRUE(b.ok()) << b.to_string();
+}
+
+// The Problem the backends read, from a valid forward call.
+detail::Problem planned(const ForwardArgs& args) {
+  detail::Problem p;
+  const Status s = detail::build_problem(args, &p);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  return p;
+}
+
+TEST(Problem, DescribesTheCall) {
+  tools::ProblemSpec s = good_spec();  // 2 x (9 queries, 11 keys), 4 / 2 heads, D 8, Dv 6, bf16, dense bias
+  s.dropout = {0.25, 0x123456789ull, 5};
+  tools::Workload w(s);
+  w.fill_inputs(next_seed());
+  const detail::Problem p = planned(w.forward_args());
+  EXPECT_EQ(p.batch, 2);
+  EXPECT_EQ(p.heads_q, 4);
+  EXPECT_EQ(p.heads_k, 2);
+  EXPECT_EQ(p.group_size(), 2);
+  EXPECT_EQ(p.head_dim, 8);
+  EXPECT_EQ(p.head_dim_v, 6);
+  EXPECT_EQ(p.seqlen_q, 9);
+  EXPECT_EQ(p.seqlen_k, 11);
+  EXPECT_FALSE(p.varlen);
+  EXPECT_EQ(p.dtype, DType::bf16);
+  EXPECT_DOUBLE_EQ(p.scale, 1 / std::sqrt(8.0));
+  EXPECT_FALSE(p.is_masked());
+  EXPECT_TRUE(p.has_bias);
+  for (int d = 0; d < 4; ++d) EXPECT_FALSE(p.bias_broadcast[d]) << "dimension " << d;
+  EXPECT_TRUE(p.has_dropout());
+  EXPECT_EQ(p.dropout_threshold, 0x40000000u);
+  EXPECT_EQ(p.dropout_seed, 0x123456789ull);
+  EXPECT_EQ(p.dropout_offset, 5u);
+  EXPECT_EQ(p.backend, Backend::cpu);
+  const detail::Sequence seq = p.sequence(1);
+  EXPECT_EQ(seq.batch, 1);
+  EXPECT_EQ(seq.q_begin, 0);
+  EXPECT_EQ(seq.q_len, 9);
+  EXPECT_EQ(seq.k_begin, 0);
+  EXPECT_EQ(seq.k_len, 11);
+  EXPECT_EQ(p.visible_pairs(), 2.0 * 4 * 9 * 11);
+}
+
+TEST(Problem, ResolvesTheBackend) {
+  tools::ProblemSpec s = good_spec();
+  s.backend = Backend::automatic;
+  {
+    tools::Workload w(s);
+    EXPECT_EQ(planned(w.forward_args()).backend, Backend::cpu) << "host memory: the fast CPU path";
+  }
+  s.dtype = DType::f64;
+  {
+    tools::Workload w(s);
+    EXPECT_EQ(planned(w.forward_args()).backend, Backend::reference) << "f64: the reference";
+  }
+  s.dtype = DType::f32;
+  s.backend = Backend::reference;
+  tools::Workload w(s);
+  EXPECT_EQ(planned(w.forward_args()).backend, Backend::reference);
+}
+
+// A bias dimension broadcasts when it has size 1 or stride 0 (torch's expand; not the last
+// dimension, which must be contiguous); dbias then sums it.
+TEST(Problem, BiasBroadcastDimensions) {
+  for (const tools::BiasPattern pattern : {tools::BiasPattern{true, false, false, false}, tools::BiasPattern{false, true, true, false},
+                                           tools::BiasPattern{true, true, false, true}})
+    for (const bool expanded : {false, true}) {
+      if (expanded && pattern[3]) continue;
+      tools::ProblemSpec s = good_spec();
+      s.bias = pattern;
+      s.bias_expanded = expanded;
+      tools::Workload w(s);
+      SCOPED_TRACE(s.describe());
+      detail::Problem p;
+      const Status st = detail::build_problem(w.backward_args(), &p);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      EXPECT_TRUE(p.has_bias);
+      EXPECT_TRUE(p.has_dbias);
+      for (int d = 0; d < 4; ++d) EXPECT_EQ(p.bias_broadcast[d], pattern[std::size_t(d)]) << "dimension " << d;
+    }
+}
+
+// Variable lengths: one sequence per entry, rows from seqstart, keys cut by seqused_k; the masks'
+// diagonal per sequence.
+TEST(Problem, VarlenSequencesAndMask) {
+  tools::ProblemSpec s = good_spec();
+  s.bias.reset();
+  s.varlen_q = {3, 0, 5};
+  s.varlen_k = {4, 2, 6};
+  s.seqused_k = {4, 1, 6};
+  s.mask = Mask::causal(Alignment::bottom_right);
+  tools::Workload w(s);
+  const detail::Problem p = planned(w.forward_args());
+  EXPECT_TRUE(p.varlen);
+  EXPECT_EQ(p.batch, 3);
+  EXPECT_EQ(p.seqlen_q, 5);
+  EXPECT_EQ(p.seqlen_k, 6);
+  EXPECT_TRUE(p.is_masked());
+  EXPECT_EQ(p.window_left, kUnbounded);
+  EXPECT_EQ(p.window_right, 0);
+  EXPECT_TRUE(p.bottom_right);
+  const struct {
+    std::int64_t q_begin, q_len, k_begin, k_len;
+  } want[] = {{0, 3, 0, 4}, {3, 0, 4, 1}, {3, 5, 6, 6}};
+  for (std::int64_t b = 0; b < 3; ++b) {
+    const detail::Sequence seq = p.sequence(b);
+    EXPECT_EQ(seq.batch, 0);
+    EXPECT_EQ(seq.q_begin, want[b].q_begin) << "sequence " << b;
+    EXPECT_EQ(seq.q_len, want[b].q_len) << "sequence " << b;
+    EXPECT_EQ(seq.k_begin, want[b].k_begin) << "sequence " << b;
+    EXPECT_EQ(seq.k_len, want[b].k_len) << "sequence " << b;
+  }
+  // Bottom-right causal: query i of a sequence sees keys j <= i + (k_len - q_len).
+  EXPECT_EQ(p.visible_pairs(), 4.0 * ((2 + 3 + 4) + 0 + (2 + 3 + 4 + 5 + 6)));
 }
 
 // visible_pairs_of (closed form, used for FLOP counts and by the dispatcher) against counting

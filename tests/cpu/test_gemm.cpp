@@ -1,0 +1,60 @@
+// The CPU tiles' matrix product (src/cpu/gemm.hpp): C (+)= A B against a float64 product, for full
+// register blocks and ragged edges, A row-major or transposed, with and without accumulation;
+// C's padding columns stay untouched.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/gemm.hpp"
+#include "support/seed.hpp"
+
+namespace memattn::cpu {
+namespace {
+
+TEST(Gemm, MatchesAFloat64Product) {
+  std::mt19937_64 g(testing::next_seed());
+  std::normal_distribution<float> normal;
+  const float kSentinel = 1234.5f;
+  for (const std::int64_t m : {1, 3, 4, 5, 16, 37})
+    for (const std::int64_t n : {1, 17, 64, 65, 128, 150})
+      for (const std::int64_t k : {1, 8, 33})
+        for (const bool transposed : {false, true})
+          for (const bool accumulate : {false, true}) {
+            SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k) +
+                         (transposed ? " A transposed" : "") + (accumulate ? " accumulate" : ""));
+            // A stored [m x k] with row stride k + 2, or as At [k x m] with row stride m + 1.
+            const std::int64_t lda = transposed ? m + 1 : k + 2;
+            std::vector<float> a(std::size_t((transposed ? k : m) * lda)), b(std::size_t(k * (n + 5)));
+            const std::int64_t ldb = n + 5, ldc = n + 3;
+            std::vector<float> c(std::size_t(m * ldc));
+            for (float& x : a) x = normal(g);
+            for (float& x : b) x = normal(g);
+            for (float& x : c) x = normal(g);
+            for (std::int64_t r = 0; r < m; ++r)
+              for (std::int64_t j = n; j < ldc; ++j) c[std::size_t(r * ldc + j)] = kSentinel;
+            const std::vector<float> c0 = c;
+            const AStrides as = transposed ? AStrides{1, lda} : AStrides{lda, 1};
+            gemm(m, n, k, a.data(), as, b.data(), ldb, c.data(), ldc, accumulate);
+            double diff2 = 0, ref2 = 0;
+            for (std::int64_t r = 0; r < m; ++r)
+              for (std::int64_t j = 0; j < ldc; ++j) {
+                const float got = c[std::size_t(r * ldc + j)];
+                if (j >= n) {
+                  ASSERT_EQ(got, kSentinel) << "padding column " << j << " of row " << r << " written";
+                  continue;
+                }
+                double want = accumulate ? c0[std::size_t(r * ldc + j)] : 0.0;
+                for (std::int64_t kk = 0; kk < k; ++kk)
+                  want += double(a[std::size_t(r * as.row + kk * as.k)]) * b[std::size_t(kk * ldb + j)];
+                diff2 += (got - want) * (got - want);
+                ref2 += want * want;
+              }
+            EXPECT_LE(std::sqrt(diff2 / ref2), 1e-6);
+          }
+}
+
+}  // namespace
+}  // namespace memattn::cpu

@@ -1,0 +1,54 @@
+// The CPU tiles' exponentials (src/cpu/vec_math.hpp): relative error against libm over the range
+// the softmax uses, exact powers of two, and exactly 0 (never NaN) for masked (-inf) scores.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "cpu/vec_math.hpp"
+#include "support/seed.hpp"
+
+namespace memattn::cpu {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr double kMaxRelError = 2e-7;  // the header promises about 1e-7; float's ulp is 1.2e-7
+
+double rel_error(float got, double want) { return std::abs(double(got) - want) / want; }
+
+TEST(VecMath, ExpFastMatchesExp) {
+  std::mt19937_64 g(testing::next_seed());
+  std::uniform_real_distribution<float> wide(-87.0f, 88.0f), near_zero(-1.0f, 1.0f);
+  for (int n = 0; n < 200000; ++n) {
+    const float x = n % 2 ? wide(g) : near_zero(g);
+    ASSERT_LE(rel_error(exp_fast(x), std::exp(double(x))), kMaxRelError) << "x = " << x;
+  }
+  EXPECT_EQ(exp_fast(0.0f), 1.0f);
+  EXPECT_LE(rel_error(exp_fast(-7.0f), std::exp(-7.0)), kMaxRelError);
+}
+
+TEST(VecMath, Exp2FastMatchesExp2) {
+  std::mt19937_64 g(testing::next_seed());
+  std::uniform_real_distribution<float> wide(-126.0f, 127.0f);
+  for (int n = 0; n < 200000; ++n) {
+    const float x = wide(g);
+    ASSERT_LE(rel_error(exp2_fast(x), std::exp2(double(x))), kMaxRelError) << "x = " << x;
+  }
+  for (int k = -126; k <= 127; ++k) EXPECT_EQ(exp2_fast(float(k)), std::ldexp(1.0f, k)) << "2^" << k;
+}
+
+// Masked scores are -inf: their weight must be exactly 0, and below the normal range too.
+TEST(VecMath, MaskedScoresWeighNothing) {
+  EXPECT_EQ(exp_fast(-kInf), 0.0f);
+  EXPECT_EQ(exp_fast(-87.5f), 0.0f);
+  EXPECT_EQ(exp_fast(-1e30f), 0.0f);
+  EXPECT_EQ(exp2_fast(-kInf), 0.0f);
+  EXPECT_EQ(exp2_fast(-127.0f), 0.0f);
+  EXPECT_EQ(exp2_fast(-1e30f), 0.0f);
+  EXPECT_GT(exp_fast(-86.9f), 0.0f);
+  EXPECT_GT(exp2_fast(-126.0f), 0.0f);
+}
+
+}  // namespace
+}  // namespace memattn::cpu

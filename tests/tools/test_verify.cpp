@@ -1,0 +1,101 @@
+// The CLI's --verify (tools/workload/verify.cpp): a run of the fast CPU path passes, an output
+// element left unwritten or off by more than the tolerance fails on its line, and large problems
+// are checked on a sample (first and last sequence and kv head) that says so.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "support/seed.hpp"
+#include "workload/verify.hpp"
+
+namespace memattn::tools {
+namespace {
+
+ProblemSpec spec() {
+  ProblemSpec s;
+  s.batch = 3;
+  s.seqlen_q = 33;
+  s.seqlen_k = 41;
+  s.heads_q = 4;
+  s.heads_k = 2;
+  s.head_dim = s.head_dim_v = 16;
+  s.dtype = DType::f32;
+  s.bias = bias_pattern(BiasKind::dense);
+  s.backend = Backend::cpu;
+  return s;
+}
+
+const CheckLine* line(const VerifyReport& r, const std::string& name) {
+  for (const CheckLine& l : r.lines)
+    if (l.name == name) return &l;
+  return nullptr;
+}
+
+// Sets element `e` (contiguous order) of an f32 output.
+void poke(Workload& w, Tensor t, std::int64_t e, float value) {
+  std::vector<double> v = w.to_double(t);
+  v[std::size_t(e)] = value;
+  w.set_values(t, v);
+}
+
+TEST(Verify, PassesOnTheCpuPathAndFailsOnABadElement) {
+  Workload w(spec());
+  w.fill_inputs(memattn::testing::next_seed());
+  w.poison_outputs();
+  ASSERT_TRUE(forward(w.forward_args()).ok());
+  ASSERT_TRUE(backward(w.backward_args()).ok());
+  VerifyReport fwd, bwd;
+  ASSERT_TRUE(verify_forward(w, {}, {}, &fwd).ok());
+  ASSERT_TRUE(verify_backward(w, {}, {}, &bwd).ok());
+  EXPECT_TRUE(fwd.pass());
+  EXPECT_TRUE(bwd.pass());
+  EXPECT_EQ(fwd.scope, "all");
+  for (const char* name : {"out", "lse"}) EXPECT_NE(line(fwd, name), nullptr) << name;
+  for (const char* name : {"dq", "dk", "dv", "dbias"}) EXPECT_NE(line(bwd, name), nullptr) << name;
+  EXPECT_EQ(line(bwd, "dq")->tolerance, 2 * line(fwd, "out")->tolerance) << "gradients get twice the outputs' limit";
+
+  poke(w, Tensor::out, 17, std::numeric_limits<float>::quiet_NaN());
+  VerifyReport unwritten;
+  ASSERT_TRUE(verify_forward(w, {}, {}, &unwritten).ok());
+  EXPECT_FALSE(unwritten.pass());
+  EXPECT_EQ(line(unwritten, "out")->error.bad, 1);
+  EXPECT_TRUE(line(unwritten, "lse")->pass());
+
+  std::vector<double> dk = w.to_double(Tensor::dk);
+  for (double& x : dk) x *= 1.001;  // a relative error of 1e-3, over f32's 2e-5
+  w.set_values(Tensor::dk, dk);
+  VerifyReport off;
+  ASSERT_TRUE(verify_backward(w, {}, {}, &off).ok());
+  EXPECT_FALSE(off.pass());
+  EXPECT_FALSE(line(off, "dk")->pass());
+  EXPECT_TRUE(line(off, "dq")->pass());
+}
+
+TEST(Verify, LargeProblemsAreSampled) {
+  Workload w(spec());
+  w.fill_inputs(memattn::testing::next_seed());
+  w.poison_outputs();
+  ASSERT_TRUE(forward(w.forward_args()).ok());
+  EXPECT_TRUE(sample_selection(w, 1e12).sequences.empty()) << "under the budget: everything";
+  const reference::Selection sel = sample_selection(w, 0);
+  EXPECT_EQ(sel.sequences, (std::vector<std::int64_t>{0, 2}));
+  EXPECT_EQ(sel.kv_heads, (std::vector<std::int64_t>{0, 1}));
+  // Sequence 1 is outside the sample: an unwritten element there passes the sampled check only.
+  poke(w, Tensor::out, (1 * 33 + 5) * 4 * 16, std::numeric_limits<float>::quiet_NaN());
+  VerifyReport sampled, all;
+  ASSERT_TRUE(verify_forward(w, sel, {}, &sampled).ok());
+  ASSERT_TRUE(verify_forward(w, {}, {}, &all).ok());
+  EXPECT_EQ(sampled.scope, "sampled: sequences 0,2, kv heads 0,1");
+  EXPECT_TRUE(sampled.pass());
+  EXPECT_FALSE(all.pass());
+  // The same element in sequence 2 is inside it.
+  poke(w, Tensor::out, (2 * 33 + 5) * 4 * 16, std::numeric_limits<float>::quiet_NaN());
+  VerifyReport caught;
+  ASSERT_TRUE(verify_forward(w, sel, {}, &caught).ok());
+  EXPECT_FALSE(caught.pass());
+}
+
+}  // namespace
+}  // namespace memattn::tools
