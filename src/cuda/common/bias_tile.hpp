@@ -24,6 +24,14 @@ struct BiasTileShape {
   static constexpr int kBytes = kRows * kPitch;
 };
 
+// The bias tile at the end of a kernel's shared storage (its `bias` member) in the kBiasTile rows,
+// whose storage says kTileBias; null in the others, whose storage has none.
+template <class Storage>
+__device__ __forceinline__ char* bias_tile_of(Storage& storage) {
+  if constexpr (Storage::kTileBias) return storage.bias;
+  else return nullptr;
+}
+
 // Where transform_scores(_rows) reads the bias: global memory per element (tile null), or a
 // BiasTileShape tile of query rows x key columns.
 struct SharedBias {

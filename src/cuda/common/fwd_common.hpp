@@ -90,7 +90,7 @@ __device__ __forceinline__ T opaque(T v) {
 
 // The thread index, opaque as above, with its range restated: with only `int` known the
 // compiler divides it by the warp and tile sizes as a signed value (three instructions where
-// one does), at every use (2026-11-22 (12)).
+// one does), at every use.
 template <int kThreads>
 __device__ __forceinline__ int opaque_thread() {
   const int t = opaque(int(threadIdx.x));

@@ -1,5 +1,5 @@
-// The forward kernels' parameters: a plain struct filled on the host from the validated Problem
-// (fwd_params.cpp) and passed by value. Strides count elements; a broadcast dimension has stride 0.
+// The forward kernels' parameters: a plain struct the dispatcher fills on the host from the
+// validated Problem, passed by value. Strides count elements; a broadcast dimension has stride 0.
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,9 @@
 
 namespace memattn::cuda {
 
+template <class Traits, unsigned kFeatures>
+constexpr int kOnePassBwdSmemBytes = int(sizeof(OnePassBwdSharedStorage<Traits, kFeatures>));
+
 // The one-pass rows (one_pass_bwd_kernel.hpp), with the split tiles' arrival counts zeroed first.
 // The wgmma rows stage dQ swizzled and add it as one block (GradAccum::swizzled) where the
 // workspace's rows are the tile's width.
@@ -22,14 +25,14 @@ Status launch_backward_one_pass(const BwdParams& params, cudaStream_t stream) {
       if (Status s = cuda_status(cudaMemsetAsync(p.kv_split_arrivals, 0, bytes, stream), "split tiles' counts"); !s.ok())
         return s;
     }
-    return launch_split(one_pass_bwd_kernel<Traits, kFeatures>, Traits::kThreads, OnePassBwdSmem<Traits, kFeatures>::kBytes,
+    return launch_split(one_pass_bwd_kernel<Traits, kFeatures>, Traits::kThreads, kOnePassBwdSmemBytes<Traits, kFeatures>,
                         Traits::kHeadSplit, p.kv_work_items, 0, p, stream);
   });
 }
 
 template <class Traits, unsigned kFeatures>
 Status backward_one_pass_resources(KernelResources* r) {
-  return resources(one_pass_bwd_kernel<Traits, kFeatures>, Traits::kThreads, OnePassBwdSmem<Traits, kFeatures>::kBytes, r);
+  return resources(one_pass_bwd_kernel<Traits, kFeatures>, Traits::kThreads, kOnePassBwdSmemBytes<Traits, kFeatures>, r);
 }
 
 }  // namespace memattn::cuda

@@ -34,6 +34,13 @@ namespace memattn::cuda {
 
 using namespace cute;
 
+// The pair's exchange slots and barriers in the storage (kHeadSplit > 1); none without a pair.
+template <class Traits>
+__device__ __forceinline__ sm90::ExchangeSlots pair_exchange_slots(WideFwdSharedStorage<Traits>& storage) {
+  if constexpr (Traits::kHeadSplit > 1) return sm90::exchange_slots(storage.exchange_slots, storage.exchange_barriers);
+  else return {};
+}
+
 // `exchanges`: the pair's exchanges so far (kHeadSplit > 1), across work items.
 template <class Traits, unsigned kFeatures>
 __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char* smem, int& exchanges) {
@@ -58,14 +65,15 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
   }
   const int n_first = int(key_begin / kBlockN), n_last = int((key_end - 1) / kBlockN);
 
-  Element* smem_q = reinterpret_cast<Element*>(smem);
-  Element* smem_k = smem_q + Traits::kSmemElemsQ;
-  Element* smem_v = smem_k + Traits::kSmemElemsKV;
-  Element* smem_p = smem_v + Traits::kSmemElemsKV;
-  float* max_part = reinterpret_cast<float*>(smem + Traits::kStatsOffset);  // [key half][row]
-  float* rescale_row = max_part + Traits::kWarpsSKeys * kBlockM;            // [row]
-  float* sum_part = rescale_row + kBlockM;                                  // [key half][row]
-  const sm90::ExchangeSlots pair_slots = sm90::exchange_slots_at(smem, Traits::kExchangeOffset, Traits::kBarrierOffset);
+  auto& storage = *reinterpret_cast<WideFwdSharedStorage<Traits>*>(smem);
+  Element* smem_q = storage.q;
+  Element* smem_k = storage.k;
+  Element* smem_v = storage.v;
+  Element* smem_p = storage.p;
+  float* max_part = storage.max_part;   // [key half][row]
+  float* rescale_row = storage.rescale;  // [row]
+  float* sum_part = storage.sum_part;    // [key half][row]
+  const sm90::ExchangeSlots pair_slots = pair_exchange_slots(storage);
   Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
   Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
   Tensor sVt = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutVt{});
@@ -124,7 +132,7 @@ __device__ void forward_tile_wide(const FwdParams& p, const WorkItem& work, char
 
   // Tile n's scores overlap tile n + 1's P V: S(n) = Q K(n)^T, then P(n + 1) V(n + 1), then S(n)'s
   // softmax. In the pair, the other CTA's partial S(n) travels during P V (about half the tile's
-  // FLOPs) instead of being waited for (2026-11-22 (11)). Groups of copies in flight at the top:
+  // FLOPs) instead of being waited for. Groups of copies in flight at the top:
   // K(n), then V(n + 1).
   for (int n = n_last; n >= n_first; --n) {
     const int t = opaque_thread<Traits::kThreads>();
@@ -246,8 +254,10 @@ __global__ void __launch_bounds__(Traits::kThreads) forward_wide_kernel(const __
   extern __shared__ __align__(128) char smem[];
   constexpr int kSplit = Traits::kHeadSplit;
   int exchanges = 0;
-  if constexpr (kSplit > 1)
-    sm90::init_exchange_slots<Traits::kThreads>(sm90::exchange_slots_at(smem, Traits::kExchangeOffset, Traits::kBarrierOffset));
+  if constexpr (kSplit > 1) {
+    auto& storage = *reinterpret_cast<WideFwdSharedStorage<Traits>*>(smem);
+    sm90::init_exchange_slots<Traits::kThreads>(pair_exchange_slots(storage));
+  }
   for (std::int64_t index = blockIdx.x / kSplit; index < p.num_blocks; index += gridDim.x / kSplit) {
     forward_tile_wide<Traits, kFeatures>(p, decode_work(p, index), smem, exchanges);
     __syncthreads();  // shared memory is reused by the next work item

@@ -8,15 +8,18 @@
 
 namespace memattn::cuda {
 
+template <class Traits>
+constexpr int kWideFwdSmemBytes = int(sizeof(WideFwdSharedStorage<Traits>));
+
 template <class Traits, unsigned kFeatures>
 Status launch_forward_wide(const FwdParams& p, cudaStream_t stream) {
-  return launch_split(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes,
+  return launch_split(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, kWideFwdSmemBytes<Traits>,
                       Traits::kHeadSplit, p.num_blocks, p.grid_ctas, p, stream);
 }
 
 template <class Traits, unsigned kFeatures>
 Status forward_wide_resources(KernelResources* r) {
-  return resources(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
+  return resources(forward_wide_kernel<Traits, kFeatures>, Traits::kThreads, kWideFwdSmemBytes<Traits>, r);
 }
 
 }  // namespace memattn::cuda

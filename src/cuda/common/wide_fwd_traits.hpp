@@ -11,8 +11,8 @@
 // kHeadSplit = 2 (sm_90, a cluster of two CTAs): each CTA of the pair owns kHeadDim of the
 // 2 x kHeadDim head dims of the same query rows (D = 1024 as two halves of 512): its half of Q,
 // K and V, and its half of the output columns. The two partial S tiles are added through
-// distributed shared memory (kExchangeOffset), so that the head dim costs no extra FLOPs and each
-// CTA's K/V traffic per FLOP is the D = 512 row's.
+// distributed shared memory (WideFwdSharedStorage's exchange slots), so that the head dim costs no
+// extra FLOPs and each CTA's K/V traffic per FLOP is the D = 512 row's.
 //
 // kMath picks the tensor-core instructions of both GEMMs: mma.sync with ldmatrix operands
 // (WideMmaSyncGemms, below), or sm_90a's wgmma reading both operands from shared memory
@@ -102,19 +102,36 @@ struct WideFwdTraits {
   using LoadCopy = typename Tiles::LoadCopy;
   using StoreCopy = typename Tiles::StoreCopy;
 
-  // Q, K, V, P (Element), then the row statistics (float): each key-half's row maxima, the
-  // rescale factors, each key-half's row sums.
   static constexpr int kSmemElemsQ = int(cosize_v<SmemLayoutQ>);
   static constexpr int kSmemElemsKV = int(cosize_v<SmemLayoutKV>);
   static constexpr int kSmemElemsP = int(cosize_v<SmemLayoutP>);
-  static constexpr int kStatsOffset = (kSmemElemsQ + 2 * kSmemElemsKV + kSmemElemsP) * int(sizeof(Element));
-  static constexpr int kStatFloats = (2 * kWarpsSKeys + 1) * kBlockM;
-  // kHeadSplit > 1: one fp32 score tile for the partial sums the other CTA pushes, then its two
-  // mbarriers (sm90::ExchangeSlots: full, empty).
   static_assert(kHeadSplit == 1 || kHeadSplit == 2);
-  static constexpr int kExchangeOffset = (kStatsOffset + kStatFloats * int(sizeof(float)) + 15) / 16 * 16;
-  static constexpr int kBarrierOffset = kExchangeOffset + kBlockM * kBlockN * int(sizeof(float));
-  static constexpr int kSmemBytes = kHeadSplit > 1 ? kBarrierOffset + 2 * int(sizeof(std::uint64_t)) : kExchangeOffset;
+};
+
+// The wide forward's shared memory: Q, K, V and P tiles, then the row statistics: each key half's
+// row maxima, the rescale factors, each key half's row sums ([key half][row] and [row]) ...
+template <class Traits>
+struct WideFwdTiles {
+  using Element = typename Traits::Element;
+  Element q[Traits::kSmemElemsQ];
+  Element k[Traits::kSmemElemsKV];
+  Element v[Traits::kSmemElemsKV];
+  Element p[Traits::kSmemElemsP];
+  float max_part[Traits::kWarpsSKeys * Traits::kBlockM];
+  float rescale[Traits::kBlockM];
+  float sum_part[Traits::kWarpsSKeys * Traits::kBlockM];
+};
+
+// ... then, with kHeadSplit > 1, one fp32 score tile for the partial sums the other CTA of the
+// pair pushes, at a 16-byte boundary, and its two mbarriers (sm90::ExchangeSlots: full, empty).
+template <class Traits, bool = (Traits::kHeadSplit > 1)>
+struct WideFwdSharedStorage : WideFwdTiles<Traits> {
+  static_assert(sizeof(WideFwdTiles<Traits>) % 16 == 0);
+};
+template <class Traits>
+struct WideFwdSharedStorage<Traits, true> : WideFwdTiles<Traits> {
+  alignas(16) float exchange_slots[Traits::kBlockM * Traits::kBlockN];
+  std::uint64_t exchange_barriers[2];
 };
 
 }  // namespace memattn::cuda

@@ -12,12 +12,12 @@ namespace memattn::cuda {
 // Work item `index` as (pair, rank): the rank-th heaviest of the `tiles` tiles of a (sequence,
 // head) pair. One pair after another (groups 0), under a causal mask the last pair's heaviest
 // tile starts when little other work is left and most of the GPU idles behind it (a model of the
-// hardware's scheduler puts the suite's causal forward 10-15% over its ideal time,
-// bench/ab/s15_schedule.py). So the pairs go in `groups` groups (sizes differing by at most one,
-// the larger first), each tile rank by tile rank across its pairs: the heaviest tiles of a group
-// start together, and the host makes a group large enough that its work covers every resident
-// CTA (dispatch.cpp, work_groups()), and no larger, so that the K and V (or Q and dO) its CTAs
-// share stay few (smaller still where L2 would not hold the rows a group's pairs reread).
+// hardware's scheduler puts the suite's causal forward 10-15% over its ideal time). So the pairs
+// go in `groups` groups (sizes differing by at most one, the larger first), each tile rank by tile
+// rank across its pairs: the heaviest tiles of a group start together, and the host makes a group
+// large enough that its work covers every resident CTA (the dispatcher's work_groups()), and no
+// larger, so that the K and V (or Q and dO) its CTAs share stay few (smaller still where L2 would
+// not hold the rows a group's pairs reread).
 struct TileRank {
   std::int64_t pair;
   int rank;

@@ -24,15 +24,30 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// Shared memory of the dK/dV kernel: K, V, Q, dO tiles, the query tile's LSE and delta, and
-// (kBiasTile rows) the bias of the (query tile, key tile), queries as rows.
-template <class Traits, unsigned kFeatures>
-struct DkdvSmem {
-  static constexpr bool kTileBias = tiles_bias(kFeatures);
+// Shared memory of the dK/dV kernel: the CTA's K and V tiles (the traits' kBlockM rows), a step's
+// Q and dO tiles (kBlockN rows) and its queries' LSE (base 2) and delta, ...
+template <class Traits>
+struct DkdvTiles {
+  using Element = typename Traits::Element;
+  Element k[Traits::kSmemElemsQ];
+  Element v[Traits::kSmemElemsQ];
+  Element q[Traits::kSmemElemsKV];
+  Element dout[Traits::kSmemElemsKV];
+  float lse2[Traits::kBlockN];
+  float delta[Traits::kBlockN];
+};
+
+// ... then, in the kBiasTile rows, the bias of the (query tile, key tile), queries as rows.
+template <class Traits, unsigned kFeatures, bool = tiles_bias(kFeatures)>
+struct DkdvSharedStorage : DkdvTiles<Traits> {
+  static constexpr bool kTileBias = false;
   using BiasTile = BiasTileShape<Traits::kBlockN, Traits::kBlockM>;
-  static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * Traits::kSmemElemsKV;
-  static constexpr int kBiasOffset = kElems * int(sizeof(typename Traits::Element)) + 2 * Traits::kBlockN * 4;
-  static constexpr int kBytes = kBiasOffset + (kTileBias ? BiasTile::kBytes : 0);
+};
+template <class Traits, unsigned kFeatures>
+struct DkdvSharedStorage<Traits, kFeatures, true> : DkdvTiles<Traits> {
+  static constexpr bool kTileBias = true;
+  using BiasTile = BiasTileShape<Traits::kBlockN, Traits::kBlockM>;
+  char bias[BiasTile::kBytes];
 };
 
 template <class Traits, unsigned kFeatures>
@@ -55,15 +70,16 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
   const Element* k_ptr = k_at<Element>(p, seq.batch, k_row, work.hk);
   const Element* v_ptr = v_at<Element>(p, seq.batch, k_row, work.hk);
 
-  Element* smem_k = reinterpret_cast<Element*>(smem);
-  Element* smem_v = smem_k + Traits::kSmemElemsQ;
-  Element* smem_q = smem_v + Traits::kSmemElemsQ;
-  Element* smem_do = smem_q + Traits::kSmemElemsKV;
-  using Smem = DkdvSmem<Traits, kFeatures>;
-  float* lse2 = reinterpret_cast<float*>(smem_do + Traits::kSmemElemsKV);
-  float* delta = lse2 + kQueries;
-  char* smem_bias = smem + Smem::kBiasOffset;
-  const bool tile_bias = Smem::kTileBias && p.bias != nullptr;
+  using Storage = DkdvSharedStorage<Traits, kFeatures>;
+  auto& storage = *reinterpret_cast<Storage*>(smem);
+  Element* smem_k = storage.k;
+  Element* smem_v = storage.v;
+  Element* smem_q = storage.q;
+  Element* smem_do = storage.dout;
+  float* lse2 = storage.lse2;
+  float* delta = storage.delta;
+  char* smem_bias = bias_tile_of(storage);
+  const bool tile_bias = Storage::kTileBias && p.bias != nullptr;
   Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutQ{});
   Tensor sV = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutQ{});
   Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutKV{});
@@ -151,7 +167,7 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
       }
       const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
       const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
-      const SharedBias shared_bias{tile_bias ? smem_bias : nullptr, Smem::BiasTile::kPitch};
+      const SharedBias shared_bias{tile_bias ? smem_bias : nullptr, Storage::BiasTile::kPitch};
       gradient_tile<Element, kFeatures, ScoreRows::keys, Dbias::skip>(p, rule, origin, masked, acc_st, acc_dpt, tScS,
                                                                       lse2, delta, shared_bias);
 

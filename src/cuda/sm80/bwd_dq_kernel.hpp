@@ -23,15 +23,30 @@ namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
-// Shared memory of the dQ kernel: Q and dO tiles, K and V tiles, the tile's LSE and delta, and
-// (kBiasTile rows) the bias of the (query tile, key tile).
-template <class Traits, unsigned kFeatures>
-struct DqSmem {
-  static constexpr bool kTileBias = tiles_bias(kFeatures);
+// Shared memory of the dQ kernel: the CTA's Q and dO tiles and their LSE (base 2) and delta, a
+// step's K and V tiles, ...
+template <class Traits>
+struct DqTiles {
+  using Element = typename Traits::Element;
+  Element q[Traits::kSmemElemsQ];
+  Element dout[Traits::kSmemElemsQ];
+  Element k[Traits::kSmemElemsKV];
+  Element v[Traits::kSmemElemsKV];
+  float lse2[Traits::kBlockM];
+  float delta[Traits::kBlockM];
+};
+
+// ... then, in the kBiasTile rows, the bias of the (query tile, key tile).
+template <class Traits, unsigned kFeatures, bool = tiles_bias(kFeatures)>
+struct DqSharedStorage : DqTiles<Traits> {
+  static constexpr bool kTileBias = false;
   using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
-  static constexpr int kElems = 2 * Traits::kSmemElemsQ + 2 * Traits::kSmemElemsKV;
-  static constexpr int kBiasOffset = kElems * int(sizeof(typename Traits::Element)) + 2 * Traits::kBlockM * 4;
-  static constexpr int kBytes = kBiasOffset + (kTileBias ? BiasTile::kBytes : 0);
+};
+template <class Traits, unsigned kFeatures>
+struct DqSharedStorage<Traits, kFeatures, true> : DqTiles<Traits> {
+  static constexpr bool kTileBias = true;
+  using BiasTile = BiasTileShape<Traits::kBlockM, Traits::kBlockN>;
+  char bias[BiasTile::kBytes];
 };
 
 template <class Traits, unsigned kFeatures>
@@ -58,15 +73,16 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
   const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
   const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
 
-  Element* smem_q = reinterpret_cast<Element*>(smem);
-  Element* smem_do = smem_q + Traits::kSmemElemsQ;
-  Element* smem_k = smem_do + Traits::kSmemElemsQ;
-  Element* smem_v = smem_k + Traits::kSmemElemsKV;
-  float* lse2 = reinterpret_cast<float*>(smem_v + Traits::kSmemElemsKV);
-  float* delta = lse2 + kBlockM;
-  using Smem = DqSmem<Traits, kFeatures>;
-  char* smem_bias = smem + Smem::kBiasOffset;
-  const bool tile_bias = Smem::kTileBias && p.bias != nullptr;
+  using Storage = DqSharedStorage<Traits, kFeatures>;
+  auto& storage = *reinterpret_cast<Storage*>(smem);
+  Element* smem_q = storage.q;
+  Element* smem_do = storage.dout;
+  Element* smem_k = storage.k;
+  Element* smem_v = storage.v;
+  float* lse2 = storage.lse2;
+  float* delta = storage.delta;
+  char* smem_bias = bias_tile_of(storage);
+  const bool tile_bias = Storage::kTileBias && p.bias != nullptr;
   const bool stage_dbias = tile_bias && p.dbias_tile;
   Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
   Tensor sdO = cute::make_tensor(make_smem_ptr(smem_do), typename Traits::SmemLayoutQ{});
@@ -147,7 +163,7 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m_end, n0, n0 + kBlockN);
-    const SharedBias shared_bias{tile_bias ? smem_bias : nullptr, Smem::BiasTile::kPitch};
+    const SharedBias shared_bias{tile_bias ? smem_bias : nullptr, Storage::BiasTile::kPitch};
     gradient_tile<Element, kFeatures, ScoreRows::queries, Dbias::write>(p, rule, origin, masked, acc_s, acc_dp, tScS,
                                                                          lse2, delta, shared_bias, stage_dbias);
 

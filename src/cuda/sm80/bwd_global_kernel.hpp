@@ -40,9 +40,15 @@ struct GlobalBwdTraits : GlobalFwdTraits<Element, kRows_, kRows_, kWarps, kStage
   using Base = GlobalFwdTraits<Element, kRows_, kRows_, kWarps, kStages, kLoads>;
   static constexpr int kRows = kRows_;
   static constexpr int kChunk = Base::kChunk;
-  // Stages, an output staging tile, and a query tile's LSE and delta.
-  static constexpr int kSmemBytes = Base::kSmemBytes + 2 * kRows * 4;
   static constexpr int kChunkFloats = kRows * kChunk;  // one accumulator chunk in the workspace
+};
+
+// Shared memory: the pipeline's stages and an output staging tile (as the forward's), and a query
+// tile's LSE (base 2) and delta.
+template <class Traits>
+struct GlobalBwdSharedStorage : GlobalFwdSharedStorage<Traits> {
+  float lse2[Traits::kRows];
+  float delta[Traits::kRows];
 };
 
 // The pipeline's shared memory: stage s holds an A chunk and a B chunk (B also viewed transposed).
@@ -160,10 +166,11 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
     *m0 = query_begin + std::int64_t(t % q_tiles) * kRows;
   };
 
-  const ChunkStages<Traits> stages{reinterpret_cast<Element*>(smem)};
-  Element* smem_out = stages.base + kStages * Traits::kStageElems;
-  float* lse2 = reinterpret_cast<float*>(smem_out + Traits::kSmemElemsQ);
-  float* delta = lse2 + kRows;
+  auto& storage = *reinterpret_cast<GlobalBwdSharedStorage<Traits>*>(smem);
+  const ChunkStages<Traits> stages{storage.stages};
+  Element* smem_out = storage.out;
+  float* lse2 = storage.lse2;
+  float* delta = storage.delta;
 
   const auto issue = [&](int job) {
     if (job < jobs) {
@@ -277,10 +284,11 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
   const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
   const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
 
-  const ChunkStages<Traits> stages{reinterpret_cast<Element*>(smem)};
-  Element* smem_out = stages.base + kStages * Traits::kStageElems;
-  float* lse2 = reinterpret_cast<float*>(smem_out + Traits::kSmemElemsQ);
-  float* delta = lse2 + kRows;
+  auto& storage = *reinterpret_cast<GlobalBwdSharedStorage<Traits>*>(smem);
+  const ChunkStages<Traits> stages{storage.stages};
+  Element* smem_out = storage.out;
+  float* lse2 = storage.lse2;
+  float* delta = storage.delta;
   load_row_stats<kRows>(p, seq, work.h, m0, rows, lse2, delta);  // read after the first barriers
 
   const auto issue = [&](int job) {

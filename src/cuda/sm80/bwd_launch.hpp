@@ -15,16 +15,26 @@
 
 namespace memattn::cuda::sm80 {
 
+// The dynamic shared memory of each row's kernels.
+template <class DkdvTraits, unsigned kFeatures>
+constexpr int kDkdvSmemBytes = int(sizeof(DkdvSharedStorage<DkdvTraits, kFeatures>));
+template <class DqTraits, unsigned kFeatures>
+constexpr int kDqSmemBytes = int(sizeof(DqSharedStorage<DqTraits, kFeatures>));
+template <class Traits>
+constexpr int kSimtSmemBytes = int(sizeof(SimtBwdSharedStorage<Traits>));
+template <class Traits>
+constexpr int kGaccSmemBytes = int(sizeof(GlobalBwdSharedStorage<Traits>));
+
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>
 Status launch_backward(const BwdParams& p, cudaStream_t stream) {
   using Element = typename DqTraits::Element;
   if (Status s = backward_prologue<Element>(p, UnusedKeys::zeroed_by_prologue, stream); !s.ok()) return s;
-  if (Status s = launch_grid(dkdv_kernel<DkdvTraits, kFeatures>, DkdvTraits::kThreads, DkdvSmem<DkdvTraits, kFeatures>::kBytes,
+  if (Status s = launch_grid(dkdv_kernel<DkdvTraits, kFeatures>, DkdvTraits::kThreads, kDkdvSmemBytes<DkdvTraits, kFeatures>,
                              p.num_kv_blocks, 0, p, stream);
       !s.ok())
     return s;
-  if (Status s = launch_grid(dq_kernel<DqTraits, kFeatures>, DqTraits::kThreads, DqSmem<DqTraits, kFeatures>::kBytes, p.num_blocks,
-                             0, p, stream);
+  if (Status s = launch_grid(dq_kernel<DqTraits, kFeatures>, DqTraits::kThreads, kDqSmemBytes<DqTraits, kFeatures>,
+                             p.num_blocks, 0, p, stream);
       !s.ok())
     return s;
   return backward_epilogue<Element>(p, stream);
@@ -38,11 +48,11 @@ Status launch_backward_global(const BwdParams& p, cudaStream_t stream) {
   if (Status s = backward_prologue<Element>(p, UnusedKeys::written_from_workspace, stream); !s.ok()) return s;
   for (const GradAccum* g : {&p.dq_accum, &p.dk_accum, &p.dv_accum})
     if (Status s = clear_accum(*g, "gradient workspace", stream); !s.ok()) return s;
-  if (Status s = launch_grid(dkdv_simt_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p.num_kv_blocks,
+  if (Status s = launch_grid(dkdv_simt_kernel<Traits, kFeatures>, Traits::kThreads, kSimtSmemBytes<Traits>, p.num_kv_blocks,
                              0, p, stream);
       !s.ok())
     return s;
-  if (Status s = launch_grid(dq_simt_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p.num_blocks, 0,
+  if (Status s = launch_grid(dq_simt_kernel<Traits, kFeatures>, Traits::kThreads, kSimtSmemBytes<Traits>, p.num_blocks, 0,
                              p, stream);
       !s.ok())
     return s;
@@ -62,11 +72,11 @@ template <class Traits, unsigned kFeatures>
 Status launch_backward_gacc(const BwdParams& p, cudaStream_t stream) {
   using Element = typename Traits::Element;
   if (Status s = backward_prologue<Element>(p, UnusedKeys::zeroed_by_prologue, stream); !s.ok()) return s;
-  if (Status s = launch_grid(dkdv_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes,
+  if (Status s = launch_grid(dkdv_global_kernel<Traits, kFeatures>, Traits::kThreads, kGaccSmemBytes<Traits>,
                              p.num_kv_blocks, p.kv_grid_ctas, p, stream);
       !s.ok())
     return s;
-  if (Status s = launch_grid(dq_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p.num_blocks,
+  if (Status s = launch_grid(dq_global_kernel<Traits, kFeatures>, Traits::kThreads, kGaccSmemBytes<Traits>, p.num_blocks,
                              p.grid_ctas, p, stream);
       !s.ok())
     return s;
@@ -75,18 +85,18 @@ Status launch_backward_gacc(const BwdParams& p, cudaStream_t stream) {
 
 template <class Traits, unsigned kFeatures>
 Status backward_gacc_resources(KernelResources* r) {
-  return resources(dkdv_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
+  return resources(dkdv_global_kernel<Traits, kFeatures>, Traits::kThreads, kGaccSmemBytes<Traits>, r);
 }
 
 template <class Traits, unsigned kFeatures>
 Status backward_global_resources(KernelResources* r) {
-  return resources(dkdv_simt_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
+  return resources(dkdv_simt_kernel<Traits, kFeatures>, Traits::kThreads, kSimtSmemBytes<Traits>, r);
 }
 
 template <class DqTraits, class DkdvTraits, unsigned kFeatures>
 Status backward_resources(KernelResources* r) {
   // The dK/dV kernel carries most of the work; report it.
-  return resources(dkdv_kernel<DkdvTraits, kFeatures>, DkdvTraits::kThreads, DkdvSmem<DkdvTraits, kFeatures>::kBytes, r);
+  return resources(dkdv_kernel<DkdvTraits, kFeatures>, DkdvTraits::kThreads, kDkdvSmemBytes<DkdvTraits, kFeatures>, r);
 }
 
 }  // namespace memattn::cuda::sm80

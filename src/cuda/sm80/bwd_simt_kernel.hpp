@@ -31,9 +31,20 @@ struct SimtBwdTraits : Fp32FwdTraits<0> {
   using Element = Element_;  // of the tensors; the math is fp32
   static constexpr int kTileLd = kBlockN + kPad;
   static constexpr int kTileElems = kBlockM * kTileLd;
-  // Two transposed 32-column chunks, P (or P^T), dS (or dS^T), one 64-column chunk of rows, and
-  // the query tile's LSE and delta.
-  static constexpr int kSmemBytes = (kQtElems + kKtElems + 3 * kTileElems) * 4 + 2 * kBlockM * 4;
+};
+
+// Shared memory of both kernels: two transposed 32-column chunks, P^T (the dK/dV kernel's), dS^T
+// (or dS, the dQ kernel's), one 64-column chunk of rows, and the query tile's LSE (base 2) and
+// delta.
+template <class Traits>
+struct SimtBwdSharedStorage {
+  float at[Traits::kQtElems];
+  float bt[Traits::kKtElems];
+  float pt[Traits::kTileElems];
+  float ds[Traits::kTileElems];
+  float rows[Traits::kTileElems];
+  float lse2[Traits::kBlockM];
+  float delta[Traits::kBlockM];
 };
 
 // sum over 32-column chunks of a[r] . b[c] for the 64 x 64 tile of rows a (rows_a valid) and
@@ -119,13 +130,14 @@ __device__ void dkdv_simt_tile(const BwdParams& p, const KvWorkItem& work, float
   float* dv_accum = accum_row(p.dv_accum, seq.batch, k_row, work.hk);
   const std::int64_t dk_ld = p.dk_accum.ld, dv_ld = p.dv_accum.ld;
 
-  float* sAt = smem;
-  float* sBt = sAt + Traits::kQtElems;
-  float* sPt = sBt + Traits::kKtElems;
-  float* sdSt = sPt + Traits::kTileElems;
-  float* sRows = sdSt + Traits::kTileElems;
-  float* lse2 = sRows + Traits::kTileElems;
-  float* delta = lse2 + kTile;
+  auto& storage = *reinterpret_cast<SimtBwdSharedStorage<Traits>*>(smem);
+  float* sAt = storage.at;
+  float* sBt = storage.bt;
+  float* sPt = storage.pt;
+  float* sdSt = storage.ds;
+  float* sRows = storage.rows;
+  float* lse2 = storage.lse2;
+  float* delta = storage.delta;
 
   // Element (j, i): key 4 ty + i, query 4 tx + j of the transposed tiles.
   Tensor cS = make_identity_tensor(make_shape(Int<kTile>{}, Int<kTile>{}));
@@ -185,12 +197,13 @@ __device__ void dq_simt_tile(const BwdParams& p, const WorkItem& work, float* sm
   float* dq_accum = accum_row(p.dq_accum, seq.batch, q_row, work.h);
   const std::int64_t dq_ld = p.dq_accum.ld;
 
-  float* sAt = smem;
-  float* sBt = sAt + Traits::kQtElems;
-  float* sdS = sBt + Traits::kKtElems + Traits::kTileElems;
-  float* sRows = sdS + Traits::kTileElems;
-  float* lse2 = sRows + Traits::kTileElems;
-  float* delta = lse2 + kTile;
+  auto& storage = *reinterpret_cast<SimtBwdSharedStorage<Traits>*>(smem);
+  float* sAt = storage.at;
+  float* sBt = storage.bt;
+  float* sdS = storage.ds;
+  float* sRows = storage.rows;
+  float* lse2 = storage.lse2;
+  float* delta = storage.delta;
   load_row_stats<kTile>(p, seq, work.h, m0, rows, lse2, delta);  // read after dot_tile's barriers
 
   // Element (j, i): query 4 ty + i, key 4 tx + j.

@@ -38,8 +38,16 @@ struct Fp32FwdTraits {
   static constexpr int kKtElems = kChunk * (kBlockN + kPad);
   static constexpr int kPElems = kBlockM * (kBlockN + kPad);
   static constexpr int kVElems = kBlockN * (kVChunk + kPad);
-  static constexpr int kSmemBytes = (kQtElems + kKtElems + kPElems + kVElems) * 4;
   static constexpr int kFragFloats = 16;  // one value chunk per thread
+};
+
+// The fp32 forward's shared memory: the Q and K chunks transposed, P, and a V chunk.
+template <class Traits>
+struct Fp32FwdSharedStorage {
+  float qt[Traits::kQtElems];
+  float kt[Traits::kKtElems];
+  float p[Traits::kPElems];
+  float v[Traits::kVElems];
 };
 
 // dst[d][row] = src[row][d] for rows < rows, d < cols (zero elsewhere): a chunk of kChunk
@@ -133,10 +141,11 @@ __device__ void forward_tile_fp32(const FwdParams& p, const WorkItem& work, floa
   const float* q_ptr = q_at<float>(p, seq.batch, seq.q_begin + m0, work.h);
   const float* k_ptr = k_at<float>(p, seq.batch, seq.k_begin, hk);
   const float* v_ptr = v_at<float>(p, seq.batch, seq.k_begin, hk);
-  float* sQt = smem;
-  float* sKt = sQt + Traits::kQtElems;
-  float* sP = sKt + Traits::kKtElems;
-  float* sV = sP + Traits::kPElems;
+  auto& storage = *reinterpret_cast<Fp32FwdSharedStorage<Traits>*>(smem);
+  float* sQt = storage.qt;
+  float* sKt = storage.kt;
+  float* sP = storage.p;
+  float* sV = storage.v;
   constexpr int kQtLd = kBlockM + kPad, kKtLd = kBlockN + kPad, kPLd = kBlockN + kPad;
 
   // This thread's 4 x 4 block, mode 0 the column and mode 1 the row, so that values (2k, 2k + 1)

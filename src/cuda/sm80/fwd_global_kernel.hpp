@@ -33,10 +33,18 @@ struct GlobalFwdTraits : FwdTraits<Element, 64, kBlockM, kBlockN, kWarps, kLoads
   static_assert(kStages >= 2);
   // A stage holds a Q chunk and a K chunk, or a V chunk (in the K chunk's place).
   static constexpr int kStageElems = Base::kSmemElemsQ + Base::kSmemElemsKV;
-  // Output chunks are staged in their own tile, as the pipeline keeps loading meanwhile.
-  static constexpr int kSmemBytes = (kStages * kStageElems + Base::kSmemElemsQ) * int(sizeof(Element));
   static constexpr int kFragFloats = kBlockM * kChunk / Base::kThreads;  // accumulator chunk per thread
   static_assert(kFragFloats % 4 == 0);
+};
+
+// The global-accumulator forward's shared memory: the pipeline's kStages stages, then the output
+// chunk's tile (output chunks are staged in their own tile, as the pipeline keeps loading
+// meanwhile).
+template <class Traits>
+struct GlobalFwdSharedStorage {
+  using Element = typename Traits::Element;
+  Element stages[Traits::kStages * Traits::kStageElems];
+  Element out[Traits::kSmemElemsQ];
 };
 
 // One accumulator chunk in the workspace: float4 v of thread t at (v * kThreads + t) * 4.
@@ -86,8 +94,9 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
   const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
   const auto tile_a = make_shape(Int<kBlockM>{}, Int<kChunk>{});
   const auto tile_b = make_shape(Int<kBlockN>{}, Int<kChunk>{});
-  Element* stages = reinterpret_cast<Element*>(smem);
-  Element* smem_out = stages + kStages * Traits::kStageElems;
+  auto& storage = *reinterpret_cast<GlobalFwdSharedStorage<Traits>*>(smem);
+  Element* stages = storage.stages;
+  Element* smem_out = storage.out;
   const auto stage_a = [&](int s) {
     return cute::make_tensor(make_smem_ptr(stages + s * Traits::kStageElems), typename Traits::SmemLayoutQ{});
   };

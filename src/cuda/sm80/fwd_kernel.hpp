@@ -32,6 +32,27 @@ enum class KeyTile { masked, unmasked, unmasked_scale_in_softmax };
 template <KeyTile kKind>
 using KeyTileKind = std::integral_constant<KeyTile, kKind>;
 
+// The register forward's shared memory: Q, K and V tiles (the output tile reuses Q's space in the
+// epilogue), ...
+template <class Traits>
+struct ForwardTiles {
+  using Element = typename Traits::Element;
+  Element q[Traits::kSmemElemsQ];
+  Element k[Traits::kSmemElemsKV];
+  Element v[Traits::kSmemElemsKV];
+};
+
+// ... then, in the kBiasTile rows, the bias of the (query tile, key tile) that K holds.
+template <class Traits, unsigned kFeatures, bool = tiles_bias(kFeatures)>
+struct ForwardSharedStorage : ForwardTiles<Traits> {
+  static constexpr bool kTileBias = false;
+};
+template <class Traits, unsigned kFeatures>
+struct ForwardSharedStorage<Traits, kFeatures, true> : ForwardTiles<Traits> {
+  static constexpr bool kTileBias = true;
+  char bias[BiasTileShape<Traits::kBlockM, Traits::kBlockN>::kBytes];
+};
+
 template <class Traits, unsigned kFeatures>
 __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* smem) {
   using Element = typename Traits::Element;
@@ -63,9 +84,10 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   }
 
   // Shared memory.
-  Element* smem_q = reinterpret_cast<Element*>(smem);
-  Element* smem_k = smem_q + Traits::kSmemElemsQ;
-  Element* smem_v = smem_k + Traits::kSmemElemsKV;
+  auto& storage = *reinterpret_cast<ForwardSharedStorage<Traits, kFeatures>*>(smem);
+  Element* smem_q = storage.q;
+  Element* smem_k = storage.k;
+  Element* smem_v = storage.v;
   Tensor sQ = cute::make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
   Tensor sK = cute::make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutKV{});
   Tensor sV = cute::make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutKV{});
@@ -100,10 +122,10 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     copy_predicated(load, thr.partition_S(gQ), thr.partition_D(sQ), thr.partition_S(make_identity_tensor(tile_q)), rows,
                     p.head_dim);
   }
-  // kBiasTile: the bias of key tile n goes to shared memory (after V) together with K(n).
+  // kBiasTile: the bias of key tile n goes to shared memory together with K(n).
   constexpr bool kTileBias = tiles_bias(kFeatures);
   using BiasTile = BiasTileShape<kBlockM, kBlockN>;
-  char* smem_bias = reinterpret_cast<char*>(smem_v + Traits::kSmemElemsKV);
+  char* smem_bias = bias_tile_of(storage);
   const auto load_bias = [&](int n) {
     if constexpr (kTileBias)
       if (p.bias != nullptr)

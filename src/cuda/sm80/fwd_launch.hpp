@@ -16,8 +16,7 @@ namespace memattn::cuda::sm80 {
 // The register forward's shared memory: Q, K, V, and the bias tile of the kBiasTile rows.
 template <class Traits, unsigned kFeatures>
 constexpr int forward_smem_bytes() {
-  return Traits::kSmemBytes +
-         (tiles_bias(kFeatures) ? BiasTileShape<Traits::kBlockM, Traits::kBlockN>::kBytes : 0);
+  return int(sizeof(ForwardSharedStorage<Traits, kFeatures>));
 }
 
 template <class Traits, unsigned kFeatures>
@@ -33,22 +32,24 @@ Status forward_resources(KernelResources* r) {
 
 template <class Traits, unsigned kFeatures>
 Status launch_forward_global(const FwdParams& p, cudaStream_t stream) {
-  return launch(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
+  return launch(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, int(sizeof(GlobalFwdSharedStorage<Traits>)), p,
+                stream);
 }
 
 template <class Traits, unsigned kFeatures>
 Status forward_global_resources(KernelResources* r) {
-  return resources(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
+  return resources(forward_global_kernel<Traits, kFeatures>, Traits::kThreads, int(sizeof(GlobalFwdSharedStorage<Traits>)), r);
 }
 
 template <class Traits, unsigned kFeatures>
 Status launch_forward_fp32(const FwdParams& p, cudaStream_t stream) {
-  return launch(forward_fp32_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, p, stream);
+  return launch(forward_fp32_kernel<Traits, kFeatures>, Traits::kThreads, int(sizeof(Fp32FwdSharedStorage<Traits>)), p,
+                stream);
 }
 
 template <class Traits, unsigned kFeatures>
 Status forward_fp32_resources(KernelResources* r) {
-  return resources(forward_fp32_kernel<Traits, kFeatures>, Traits::kThreads, Traits::kSmemBytes, r);
+  return resources(forward_fp32_kernel<Traits, kFeatures>, Traits::kThreads, int(sizeof(Fp32FwdSharedStorage<Traits>)), r);
 }
 
 }  // namespace memattn::cuda::sm80

@@ -59,10 +59,8 @@ struct FwdTraits {
   using LoadCopy = decltype(make_tiled_copy(LoadAtom{}, GmemThreads{}, Layout<Shape<_1, Int<kLoadElems>>>{}));
   using StoreCopy = decltype(make_tiled_copy(StoreAtom{}, GmemThreads{}, Layout<Shape<_1, Int<kLoadElems>>>{}));
 
-  // Q, then K, then V; the output tile reuses Q's space in the epilogue.
   static constexpr int kSmemElemsQ = int(cosize_v<SmemLayoutQ>);
   static constexpr int kSmemElemsKV = int(cosize_v<SmemLayoutKV>);
-  static constexpr int kSmemBytes = (kSmemElemsQ + 2 * kSmemElemsKV) * int(sizeof(Element));
 };
 
 }  // namespace memattn::cuda::sm80

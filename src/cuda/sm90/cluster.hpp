@@ -58,7 +58,7 @@ __device__ __forceinline__ std::uint32_t map_to_rank(const void* local, int rank
 // or barrier.cluster.arrive with .release.cluster) compiles to MEMBAR.ALL.GPU, which waits for the
 // thread's outstanding global reductions and copies (the backward's dQ atomics, the forward's
 // cp.async prefetches): measured as 1.75 membar stall cycles per issued instruction in the D = 1024
-// backward pair (ncu, 2026-11-22 (9)). The exchanged data therefore moves by st.async, whose
+// backward pair (ncu). The exchanged data therefore moves by st.async, whose
 // completion the receiving CTA's mbarrier tracks in bytes, and the "slots free" signal is an
 // arrive with release at CTA scope (no fence; it follows the reads whose values it waited for).
 
@@ -108,10 +108,9 @@ struct ExchangeSlots {
   std::uint64_t* empty;
 };
 
-// The slots and barriers at their offsets in a CTA's dynamic shared memory.
-__device__ __forceinline__ ExchangeSlots exchange_slots_at(char* smem, int slots_offset, int barriers_offset) {
-  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + barriers_offset);
-  return {reinterpret_cast<float*>(smem + slots_offset), barriers, barriers + 1};
+// The slots and their two barriers (full, empty), in a CTA's shared storage.
+__device__ __forceinline__ ExchangeSlots exchange_slots(float* slots, std::uint64_t* barriers) {
+  return {slots, barriers, barriers + 1};
 }
 
 // Once, before the first exchange: both CTAs' barriers exist before either arrives on the other's.
@@ -189,9 +188,8 @@ struct ClusterSlots {
   std::uint64_t* empty;      // the other CTAs have released this CTA's previous pushes
 };
 
-__device__ __forceinline__ ClusterSlots cluster_slots_at(char* smem, int slots_offset, int barriers_offset) {
-  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + barriers_offset);
-  return {reinterpret_cast<float*>(smem + slots_offset), barriers, barriers + 1, barriers + 2};
+__device__ __forceinline__ ClusterSlots cluster_slots(float* slots, std::uint64_t* barriers) {
+  return {slots, barriers, barriers + 1, barriers + 2};
 }
 constexpr int kClusterBarriers = 3;
 
@@ -284,7 +282,7 @@ __device__ __forceinline__ void release_cluster_slots(const ClusterSlots& s, int
 
 // The sum of partial accumulators over a cluster of kRanks CTAs, for kernels that take either
 // size: a pair's push (kRanks = 2) or the reduce-scatter and all-gather (kRanks > 2), over slots
-// and barriers at given offsets of the CTA's shared memory. init() once before the first sum,
+// and kBarriers barriers in the CTA's shared storage. init() once before the first sum,
 // sum() per exchange (`count` numbers them), release() after the last read of the slots.
 template <int kThreads, int kRanks>
 struct PartialSums {
@@ -300,10 +298,9 @@ struct PartialSums {
   Slots slots;
   int rank;
 
-  __device__ __forceinline__ PartialSums(char* smem, int slots_offset, int barriers_offset, int rank_)
-      : rank(rank_) {
-    if constexpr (kRanks > 2) slots = cluster_slots_at(smem, slots_offset, barriers_offset);
-    else slots = exchange_slots_at(smem, slots_offset, barriers_offset);
+  __device__ __forceinline__ PartialSums(float* slots_, std::uint64_t* barriers, int rank_) : rank(rank_) {
+    if constexpr (kRanks > 2) slots = cluster_slots(slots_, barriers);
+    else slots = exchange_slots(slots_, barriers);
   }
   __device__ __forceinline__ void init() const {
     if constexpr (kRanks > 2) init_cluster_slots<kThreads, kRanks>(slots);

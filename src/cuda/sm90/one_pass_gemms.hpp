@@ -42,7 +42,7 @@ struct OnePassGmmaGemms {
   // S = Q K^T, then dP = dO V^T. The mma.sync GEMMs call after_s(kk) and after_dp(kk) after each
   // of their kSlices k16 slices (work for the warps beside the tensor cores); here each GEMM's
   // work runs while the whole GEMM is in flight. Issuing dP right behind S (after_dp once S is
-  // done) measured 1.5-3% slower (2026-11-23 (20)).
+  // done) measured 1.5-3% slower.
   template <int kSlices, class SmemQ, class SmemK, class Acc, class WorkS, class WorkDp>
   __device__ __forceinline__ static void scores(const MmaSdp& mma, const SmemQ& sQ, const SmemK& sK, Acc& acc_s,
                                                 const SmemQ& sdO, const SmemK& sV, Acc& acc_dp, int tid,
