@@ -116,9 +116,10 @@ SM80_BACKWARD_PLAIN_TILES = {64: (32, 64, 2)}
 # multiples of 64 (the warp grids need it). dQ leaves through shared memory, one 128-byte row
 # segment per atomic instruction: straight from the fragments the atomics held L2 at 83% and the
 # rows ran at 0.75-0.9x the two-kernel rows. H100, bf16, TFLOP/s:
-# - D = 64, 128 queries x 128 keys with 8 warps: 5-8% over 64 x 64 with 4 warps (two CTAs per SM;
-#   itself 5% over 64 x 128 with 8 warps): S = 2048 196 vs 186, S = 8192 239 vs 220, causal 218
-#   vs 203 (half the steps, barriers and dQ flushes per FLOP).
+# - D = 64, 128 queries x 128 keys with 8 warps: 5-8% over 64 x 64 with 4 warps (two CTAs per SM),
+#   S = 2048 196 vs 186, S = 8192 239 vs 220, causal 218 vs 203 (half the steps, barriers and dQ
+#   flushes per FLOP); 64 x 64 had beaten 64 x 128 with 8 warps by 5% (S = 8192 211 vs 201,
+#   S = 16384 220 vs 210).
 # - D = 128, 64 x 128 with 8 warps: S = 2048 / 8192 214 / 262 (the two-kernel rows 193 / 213),
 #   causal S = 8192 234 (200); the 4-warp 64 x 64 tile lost 20-25%.
 # - D = 256, 64 x 64 with 8 warps (dK and dV take 128 registers per thread, as at D = 128 with 128
