@@ -2,7 +2,7 @@
 # A pass's feature tests (test_cuda_forward or test_cuda_backward against the float64 reference)
 # with one kernel-table row forced on its pass (MEMATTN_TEST_KERNEL, which the tests' cases put in
 # Options::overrides.kernel), on the GPU machine after a build: checks a row the dispatcher does
-# not choose (an experimental one) on every feature case it fits. Name the cases the row fits in
+# not choose first (a fallback tile, a candidate being measured) on every feature case it fits. Name the cases the row fits in
 # the filter: a case it does not fit fails with the dispatcher's reason.
 #   scripts/forced_row_tests.sh ROW 'gtest filter' [build dir]
 set -uo pipefail

@@ -26,7 +26,7 @@ namespace memattn {
 // CPU and reference backends, which have no rows, it must be empty (an error rather than ignored,
 // so that a measurement never silently runs something other than what it names). A forced row
 // that cannot run the problem fails the call with its reason (invalid_argument); forced, a row
-// runs where the dispatcher would pass over it (experimental, or tuned for longer sequences).
+// runs where the dispatcher would pass over it (a row tuned for longer sequences, a fallback tile).
 // The CPU backends make no scheduling choices and ignore the two flags.
 struct KernelOverrides {
   std::string kernel;           // a row name from list_kernels() / `memattn kernels`: the only row of its pass that may run

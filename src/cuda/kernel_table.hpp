@@ -47,7 +47,6 @@ struct KernelRow {
   bool bias_tile;     // bias read through shared memory: needs unit column stride, 16-byte rows and pointer
   bool atomics;       // accumulates with atomics: not bit-reproducible (never with `deterministic`)
   bool tail_split;    // backward: the last wave's key tiles can be split along their queries (tail_split.hpp)
-  bool experimental;  // not yet verified on a GPU: runs only when forced (Options::overrides.kernel)
   // Chosen only when a key sees at least this many queries on average (0: always): rows whose
   // per-CTA prologue and epilogue pay off only over long query loops.
   int min_queries_per_key;

@@ -196,7 +196,6 @@ class Row:
     bias: bool
     dropout: bool
     math: str = "mma"  # "mma" (tensor cores, mma.sync), "wgmma" (sm_90a's warpgroup MMA) or "ffma" (CUDA cores)
-    experimental: bool = False  # always False: the table's C++ row still has the field
     atomics: bool = False  # backward: dQ added with fp32 atomics (not deterministic): the one-pass rows
     bias_tile: bool = False  # bias through a shared-memory tile (needs an aligned, unit-stride bias)
     dropout_paired: bool = False  # each dropout Philox call serves the lanes that need its words
@@ -428,7 +427,7 @@ Status {r.name}_resources(KernelResources* r) {{ return {resources}<{template_ar
             f'      {{"{r.name}", Family::sm{r.family}, {CPP_DTYPE[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, '
             f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {8 if r.loads == "vector16" else 1}, '
             f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.bias_tile).lower()}, {str(r.atomics).lower()}, '
-            f'{str(r.fused and r.head_split == 1).lower()}, {str(r.experimental).lower()}, {r.min_queries_per_key}, {i}, '
+            f'{str(r.fused and r.head_split == 1).lower()}, {r.min_queries_per_key}, {i}, '
             f'&generated::{r.name}, &generated::{r.name}_resources}},'
             for i, r in enumerate(x for x in rows if x.pass_ == pass_))
 

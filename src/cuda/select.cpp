@@ -179,12 +179,6 @@ const Row* pick(const std::vector<Row>& table, const Need& n, std::map<std::stri
   std::string* why = reasons != nullptr ? &reason : nullptr;
   for (const Row& k : table) {
     bool ok = fits(k, n, why);
-    if (ok && k.experimental) {
-      ok = false;
-      if (why)
-        *why = "experimental (not yet verified on a GPU): runs only when forced (overrides.kernel, `memattn run "
-               "--kernel`)";
-    }
     // A preference rather than a limit: such a row runs any length when forced, or when no other
     // row fits.
     if (ok && n.queries_per_key < k.min_queries_per_key) {
@@ -204,7 +198,7 @@ std::string describe(const Need& n) {
          std::to_string(n.compute_capability / 10) + "." + std::to_string(n.compute_capability % 10);
 }
 
-// The forced row (overrides.kernel) runs whatever its priority, experimental or not, at any query
+// The forced row (overrides.kernel) runs whatever its priority, at any query
 // loop length; it only has to fit. Otherwise the first row pick() finds.
 template <class Row>
 Status choose(const std::vector<Row>& table, Pass pass, const Need& n, const std::string& forced, const Row** row) {
@@ -272,7 +266,7 @@ std::string describe(const KernelRow<Params>& k) {
          (k.dropout ? ", dropout" : "") +
          (k.atomics ? ", atomics" : "") +
          (k.min_queries_per_key > 0 ? ", keys seeing >= " + to_string(k.min_queries_per_key) + " queries" : "") +
-         (k.experimental ? ", experimental" : "") + ", priority " + to_string(k.priority) + ")";
+         ", priority " + to_string(k.priority) + ")";
 }
 
 template std::string describe(const KernelRow<FwdParams>&);

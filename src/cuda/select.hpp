@@ -1,9 +1,8 @@
 // Row selection: which kernel-table row runs a call. A problem's needs (dtype, head dim,
 // alignment, bias and dropout, shared memory, determinism) are read off the arguments, and the
-// rows are tried in priority order: the first that fits runs. Rows marked experimental are passed
-// over, and a row that only pays off over long query loops (min_queries_per_key) is taken only
-// when no other row fits. Options::overrides.kernel replaces the choice with the named row. When
-// no row fits, the error says why, per row family.
+// rows are tried in priority order: the first that fits runs. A row that only pays off over long
+// query loops (min_queries_per_key) is taken only when no other row fits. Options::overrides.kernel
+// replaces the choice with the named row. When no row fits, the error says why, per row family.
 #pragma once
 
 #include "core/problem.hpp"

@@ -78,7 +78,7 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
   // The dispatcher's overrides (Options::overrides), for A/B comparisons and debugging.
   app->add_option("--kernel", f->kernels,
                   "CUDA only: force a kernel-table row (`memattn kernels` lists them), the only one its pass may "
-                  "run, even if experimental; a fwd_ row forces the forward, a bwd_ row the backward (give one "
+                  "run; a fwd_ row forces the forward, a bwd_ row the backward (give one "
                   "of each, repeated or comma-separated, to force both)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->delimiter(',');
