@@ -73,7 +73,7 @@ if has sanitize; then
 fi
 
 if has bench; then
-  PYTHONPATH="$PWD/$build/python:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 python3 bench/bench.py --out "$out" \
+  PYTHONPATH="$(realpath -m "$build")/python:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 python3 bench/bench.py --out "$out" \
     --iters "${BENCH_ITERS:-20}" ${BENCH_ARGS:-} >>"$out/run.log" 2>&1
   note "bench: exit $?"
   tail -n 3 "$out/run.log"
