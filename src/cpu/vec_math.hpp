@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace memattn::cpu {
 
@@ -27,12 +28,21 @@ inline float exp_taylor7_scaled(float t, float n) {
 
 // 2^x with about 1e-7 relative error; exactly 0 for x <= -127 (masked scores are -inf) so that
 // masked keys contribute nothing. x = round(x) + f with |f| <= 1/2, 2^f = e^(f ln 2).
+// Defined for every input (no NaN or out-of-range value reaches the integer conversion): the clamp
+// is written so that NaN selects the lower bound (x > lo is false), n stays in [-127, 127] (in
+// (127, 128) the reduced argument grows to ln 2, still about 1e-6), and the final selects give
+// NaN -> NaN, +inf and x >= 128 -> +inf, -inf and x <= -127 -> 0.
 inline float exp2_fast(float x) {
-  constexpr float kUnderflow = -127.0f;
-  const float xc = x < kUnderflow ? kUnderflow : (x > 127.0f ? 127.0f : x);
-  const float n = std::nearbyint(xc);
+  constexpr float kUnderflow = -127.0f, kOverflow = 128.0f;
+  const float lo = x > kUnderflow ? x : kUnderflow;
+  const float xc = lo < kOverflow ? lo : kOverflow;
+  const float nr = std::nearbyint(xc);
+  const float n = nr < 127.0f ? nr : 127.0f;
   const float t = (xc - n) * 0.69314718055994531f;
-  return x <= kUnderflow ? 0.0f : exp_taylor7_scaled(t, n);
+  const float y = exp_taylor7_scaled(t, n);
+  const float big = x >= kOverflow ? std::numeric_limits<float>::infinity() : y;
+  const float fin = x == x ? big : x;
+  return x <= kUnderflow ? 0.0f : fin;
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -43,14 +53,22 @@ constexpr float kLn2 = 0.69314718055994531f;
 // two (Cody-Waite: n * kLn2Hi is exact), so that, unlike 2^(x log2(e)), no rounding of x's
 // magnitude reaches the result (at |x| ~ 7 that rounding was a 3e-7 relative error, enough to
 // put the backward's dV past twice a naive fp32 implementation's error about one run in twenty).
+// Defined for every input, as exp2_fast: NaN -> NaN, +inf and x > ln(FLT_MAX) -> +inf, -inf and
+// x < -87 -> 0; n stays in [-126, 127] (for x in (88.03, 88.72] the reduced argument grows to ln 2,
+// still about 1e-6, and only there).
 inline float exp_fast(float x) {
-  constexpr float kUnderflow = -87.0f, kOverflow = 88.0f;
+  constexpr float kUnderflow = -87.0f, kOverflow = 88.72283935546875f;  // ~ln(FLT_MAX)
   constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 to 15 significant bits
   constexpr float kLn2Lo = 1.428606820309417e-6f;
-  const float xc = x < kUnderflow ? kUnderflow : (x > kOverflow ? kOverflow : x);
-  const float n = std::nearbyint(xc * kLog2e);
+  const float lo = x > kUnderflow ? x : kUnderflow;  // NaN -> kUnderflow
+  const float xc = lo < kOverflow ? lo : kOverflow;
+  const float nr = std::nearbyint(xc * kLog2e);
+  const float n = nr < 127.0f ? nr : 127.0f;
   const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  return x < kUnderflow ? 0.0f : exp_taylor7_scaled(r, n);
+  const float y = exp_taylor7_scaled(r, n);
+  const float big = x > kOverflow ? std::numeric_limits<float>::infinity() : y;
+  const float fin = x == x ? big : x;
+  return x < kUnderflow ? 0.0f : fin;
 }
 
 }  // namespace memattn::cpu

@@ -50,5 +50,36 @@ TEST(VecMath, MaskedScoresWeighNothing) {
   EXPECT_GT(exp2_fast(-126.0f), 0.0f);
 }
 
+
+// Issue 30 #14: every input is defined (no NaN or out-of-range value reaches the integer
+// conversion, which UBSan reported) and the results are those of std::exp / std::exp2.
+TEST(VecMath, NonFiniteAndHugeInputsMatchLibm) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inputs[] = {nan, -nan, kInf, -kInf, 1e30f, -1e30f, 3.4e38f, -3.4e38f, 89.0f, 200.0f};
+  for (float x : inputs) {
+    const double e = std::exp(double(x)), e2 = std::exp2(double(x));
+    const float want = std::isnan(x) ? nan : (e > 3.4028234663852886e38 ? kInf : float(e));
+    const float want2 = std::isnan(x) ? nan : (e2 > 3.4028234663852886e38 ? kInf : float(e2));
+    const float got = exp_fast(x), got2 = exp2_fast(x);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << "exp_fast(" << x << ") = " << got;
+      EXPECT_TRUE(std::isnan(got2)) << "exp2_fast(" << x << ") = " << got2;
+    } else {
+      EXPECT_EQ(got, want) << "exp_fast(" << x << ")";
+      EXPECT_EQ(got2, want2) << "exp2_fast(" << x << ")";
+    }
+  }
+  // The top of the finite range: finite and close to libm (the reduced argument reaches ln 2).
+  for (float x = 88.0f; x <= 88.72f; x += 0.01f) {
+    ASSERT_TRUE(std::isfinite(exp_fast(x))) << x;
+    ASSERT_LE(rel_error(exp_fast(x), std::exp(double(x))), 5e-6) << "x = " << x;
+  }
+  for (float x = 127.0f; x < 128.0f; x += 0.01f) {
+    ASSERT_TRUE(std::isfinite(exp2_fast(x))) << x;
+    ASSERT_LE(rel_error(exp2_fast(x), std::exp2(double(x))), 5e-6) << "x = " << x;
+  }
+  EXPECT_EQ(exp2_fast(128.0f), kInf);
+}
+
 }  // namespace
 }  // namespace memattn::cpu
