@@ -71,6 +71,60 @@ expect 2 "dropout" run --backend "$backend" --dropout 1.0
 expect 2 "causal" run --causal --window-right 3
 expect 2 "varlen" run --varlen 3,x,4
 expect 2 "varlen-k" run --varlen 3,4 --varlen-k 5
+
+# Issue 30 (#10): problems that cannot fit are refused before anything is allocated, naming the
+# largest size flag, the bytes needed and the bytes available (exit 2; not bad_alloc, exit 134).
+expect 2 "error: --batch 100000: the problem does not fit in host memory: its tensors need 655680000000000 bytes" \
+  run --backend "$backend" --batch 100000 --seqlen-q 100000 --head-dim 512
+expect 2 "are available" run --backend "$backend" --batch 100000 --seqlen-q 100000 --head-dim 512
+expect 2 "error: --seqlen-k 1152921504606846977: .*need more than 2^63 bytes" run --backend "$backend" --seqlen-k 1152921504606846977
+expect 2 "error: --varlen (rows in all:) 1073741824: the problem does not fit" run --backend "$backend" --varlen 1073741824
+expect 2 "error: --batch 100000: the problem does not fit" kernels --backend "$backend" --batch 100000 --seqlen-q 100000 --head-dim 512
+expect 2 "^--batch: must be <= 9223372036854775807, got 99999999999999999999" run --batch 99999999999999999999
+# A .npy whose header claims more than the file holds (600 bytes, 8e10 elements), and one with
+# trailing bytes after its data, are refused before allocation.
+npy_file() {  # npy_file <path> <shape> <data bytes>
+  local header="{'descr': '<f4', 'fortran_order': False, 'shape': $2, }"
+  while (((10 + ${#header} + 1) % 64)); do header+=" "; done
+  header+=$'\n'
+  { printf '\x93NUMPY\x01\x00'; printf "\\x$(printf %02x $((${#header} % 256)))\\x$(printf %02x $((${#header} / 256)))";
+    printf '%s' "$header"; head -c "$3" /dev/zero; } >"$1"
+}
+mkdir -p "$tmp/huge"
+npy_file "$tmp/huge/q.npy" "(1, 80000, 1000, 1000)" 472
+npy_file "$tmp/huge/k.npy" "(1, 4, 1, 1)" 16
+npy_file "$tmp/huge/v.npy" "(1, 4, 1, 1)" 16
+expect 2 "q.npy: file is shorter than its shape says: its header's shape (1, 80000, 1000, 1000) of <f4 needs 320000000000 bytes of data, the file holds 472" \
+  run --backend "$backend" --load "$tmp/huge"
+mkdir -p "$tmp/trailing"
+cp "$tmp/a/q.npy" "$tmp/a/k.npy" "$tmp/a/v.npy" "$tmp/trailing/"
+printf 'xyz' >>"$tmp/trailing/k.npy"
+expect 2 "k.npy: trailing bytes: .*(3 bytes after the data)" run --backend "$backend" --dtype bf16 --load "$tmp/trailing"
+
+# Issue 30 (#11, #12): the messages say the flag, the rule and the value; meaningless values
+# (negative seeds, empty lists and folders, windows past int64) are refused, not wrapped.
+expect 2 "^--batch: must be >= 1, got 0$" run --batch 0
+expect 2 "^--batch: must be an integer, got '1.5'$" run --batch 1.5
+expect 2 "^--iters: must be >= 0, got -1$" run --iters -1
+expect 2 "^--seed: must be >= 0, got -1$" run --seed -1
+expect 2 "^--offset: must be >= 0, got -3$" run --offset -3
+expect 2 "^--dropout: must be in \[0, 1), got -0.5$" run --dropout -0.5
+expect 2 "^--scale: must be finite, got inf$" run --scale inf
+expect 2 "^--varlen: must not be empty$" run --varlen ''
+expect 2 "^--varlen-k: must not be empty$" run --varlen 3 --varlen-k ''
+expect 2 "^--save: must not be empty$" run --save ''
+expect 2 "^--load: must not be empty$" run --load ''
+expect 2 "error: --varlen: '1,2,' ends with a comma" run --backend "$backend" --varlen 1,2,
+expect 2 "error: --varlen: a sequence of 1073741825 is longer than the limit, 2^30 = 1073741824" run --backend "$backend" --varlen 1073741825
+expect 2 "error: --varlen-k: the lengths sum to more than 2147483647 packed rows, the most that int32 seqstarts index (got 2147483648 after 2 sequences)" \
+  run --backend "$backend" --varlen 1,1 --varlen-k 1073741824,1073741824
+expect 2 "^--window-left: must be <= 9223372036854775807 (omit the flag for an unbounded window), got 99999999999999999999$" \
+  run --window-left 99999999999999999999
+# A window at least as wide as the longest sequence is clamped to its length: the same mask.
+expect 0 "mask(90,90,top-left)" run "${small[@]}" --dtype fp32 --window-left 9223372036854775807 --window-right 9223372036854775807
+expect 0 "result: PASS" run "${small[@]}" --dtype fp32 --window-left 9223372036854775807 --window-right 9223372036854775807 --dropout 0.2
+expect 0 "result: PASS" run "${small[@]}" --seed 18446744073709551615 --dropout 0.2 --batch 02
+
 expect 2 "" run --no-such-flag
 expect 2 "" frobnicate
 expect 0 "" --version

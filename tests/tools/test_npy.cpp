@@ -84,5 +84,34 @@ TEST(Npy, RejectsBadFiles) {
   EXPECT_NE(read_npy(temp_path("short.npy"), &a).message().find("shorter"), std::string::npos);
 }
 
+// Issue 30 (#10, #12): the header's shape is checked against the file's size before allocating.
+TEST(Npy, HeaderClaimingMoreThanTheFileIsRefusedBeforeAllocating) {
+  std::vector<float> f(128, 1.0f);  // 512 bytes of data: a ~600-byte file
+  write_raw(temp_path("huge.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 80000, 1000, 1000), }",
+            f.data(), 512);
+  NpyArray a;
+  const Status s = read_npy(temp_path("huge.npy"), &a);  // 8e10 elements: bad_alloc before the check
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("shorter"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("320000000000 bytes"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("holds 512"), std::string::npos) << s.message();
+  // A shape whose byte count overflows int64.
+  write_raw(temp_path("wrap.npy"), 1,
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }", f.data(), 512);
+  EXPECT_NE(read_npy(temp_path("wrap.npy"), &a).message().find("more than 2^63"), std::string::npos);
+}
+
+TEST(Npy, TrailingBytesAreRefused) {
+  const float f[3] = {1, 2, 3};
+  write_raw(temp_path("trailing.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", f, 12);
+  NpyArray a;
+  const Status s = read_npy(temp_path("trailing.npy"), &a);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("trailing bytes"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("4 bytes after the data"), std::string::npos) << s.message();
+  write_raw(temp_path("exact.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", f, 12);
+  EXPECT_TRUE(read_npy(temp_path("exact.npy"), &a).ok());
+}
+
 }  // namespace
 }  // namespace memattn::tools

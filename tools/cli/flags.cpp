@@ -1,28 +1,102 @@
 #include "cli/flags.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
 #include <sstream>
+
+#include "workload/checked.hpp"
 
 namespace memattn::cli {
 namespace {
 
 Status bad(const std::string& message) { return {StatusCode::invalid_argument, message}; }
 
+constexpr std::int64_t kMaxLength = std::int64_t(1) << 30;  // one sequence of --varlen / --varlen-k
+
 Status parse_lengths(const std::string& text, const char* flag, std::vector<std::int32_t>* out) {
   out->clear();
+  if (!text.empty() && text.back() == ',')
+    return bad(std::string(flag) + ": '" + text + "' ends with a comma (a length is missing)");
   std::stringstream ss(text);
   std::string item;
+  std::int64_t sum = 0;
   while (std::getline(ss, item, ',')) {
     try {
       std::size_t used = 0;
       const long long v = std::stoll(item, &used);
-      if (used != item.size() || v < 0 || v > (1ll << 30)) throw std::invalid_argument(item);
+      if (used != item.size() || v < 0) throw std::invalid_argument(item);
+      if (v > kMaxLength)
+        return bad(std::string(flag) + ": a sequence of " + item + " is longer than the limit, 2^30 = " +
+                   std::to_string(kMaxLength));
       out->push_back(std::int32_t(v));
+      sum += v;  // at most 2^30 per item: cannot overflow before the check below trips
     } catch (...) {
       return bad(std::string(flag) + ": '" + item + "' is not a length (a non-negative integer)");
     }
+    // The packed tensors are indexed by int32 seqstarts: the sum must fit in int32.
+    if (sum > std::numeric_limits<std::int32_t>::max())
+      return bad(std::string(flag) + ": the lengths sum to more than " +
+                 std::to_string(std::numeric_limits<std::int32_t>::max()) +
+                 " packed rows, the most that int32 seqstarts index (got " + std::to_string(sum) + " after " +
+                 std::to_string(out->size()) + " sequences)");
   }
   if (out->empty()) return bad(std::string(flag) + ": expected a comma-separated list of lengths");
   return Status::Ok();
+}
+
+// Validators that check a flag's text before CLI11 converts it, so that the messages say the
+// rule and the value (CLI11's own print DBL_MAX in 300 digits, or "Could not convert").
+// CLI11 prefixes each message with the flag's name.
+template <class T>
+CLI::Validator integer_at_least(T lo, const char* hint = "") {
+  return CLI::Validator(
+      [lo, hint](std::string& text) -> std::string {
+        T v{};
+        const char* end = text.data() + text.size();
+        const bool negative = !text.empty() && text[0] == '-';
+        if (negative && std::is_unsigned<T>::value && text.size() > 1 &&
+            text.find_first_not_of("0123456789", 1) == std::string::npos)
+          return "must be >= 0, got " + text;  // from_chars would call it "not an integer"
+        const auto r = std::from_chars(text.data(), end, v);
+        if (text.empty() || (r.ec != std::errc() && r.ec != std::errc::result_out_of_range) || r.ptr != end)
+          return "must be an integer, got '" + text + "'";
+        if ((negative && std::is_unsigned<T>::value) || (r.ec == std::errc() && v < lo) ||
+            (r.ec == std::errc::result_out_of_range && negative))
+          return "must be >= " + std::to_string(lo) + ", got " + text;
+        if (r.ec == std::errc::result_out_of_range)
+          return "must be <= " + std::to_string(std::numeric_limits<T>::max()) + std::string(hint) + ", got " + text;
+        text = std::to_string(v);  // decimal, as checked (CLI11 would read a leading 0 as octal)
+        return std::string();
+      },
+      std::is_unsigned<T>::value ? "UINT>=" + std::to_string(lo) : "INT>=" + std::to_string(lo));
+}
+
+CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& text) { return text.empty() ? std::string("must not be empty") : std::string(); }, "");
+}
+
+// A floating-point value: finite, in [lo, hi) when a range is given.
+CLI::Validator number_in(double lo, double hi, const char* rule) {
+  return CLI::Validator(
+      [lo, hi, rule](std::string& text) -> std::string {
+        double v = 0;
+        std::size_t used = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (...) {
+          used = 0;
+        }
+        if (text.empty() || used != text.size()) return "must be a number, got '" + text + "'";
+        if (!std::isfinite(v) || v < lo || v >= hi) return std::string("must be ") + rule + ", got " + text;
+        return std::string();
+      },
+      "");
 }
 
 // --kernel, --no-l2-groups, --no-tail-split: each row goes to the pass its name says (fwd_, bwd_);
@@ -48,31 +122,117 @@ Status parse_overrides(const ProblemFlags& f, tools::ProblemSpec* s) {
 
 }  // namespace
 
+CLI::Validator count_at_least_zero() { return integer_at_least<int>(0); }
+CLI::Validator non_empty_value() { return non_empty(); }
+
+void clamp_windows(tools::ProblemSpec* s) {
+  // A window as wide as the longest sequence (either side) hides no key: clamping it there gives
+  // the same mask and keeps every later sum of a window and an index far from overflow.
+  std::int64_t longest = std::max(s->seqlen_q, s->seqlen_k);
+  if (s->varlen()) {
+    longest = 0;
+    for (const auto* lens : {&s->varlen_q, &s->varlen_k, &s->seqused_k})
+      for (std::int32_t n : *lens) longest = std::max<std::int64_t>(longest, n);
+  }
+  for (std::int64_t* w : {&s->mask.window_left, &s->mask.window_right})
+    if (*w != kUnbounded && *w > longest) *w = longest;
+}
+
+std::int64_t available_host_bytes(std::string* source) {
+  std::int64_t avail = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") {
+      avail = kib * 1024;
+      *source = "MemAvailable in /proc/meminfo";
+      break;
+    }
+  }
+  if (avail < 0) {
+    const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) {
+      avail = std::int64_t(pages) * page;
+      *source = "free physical pages";
+    }
+  }
+  // A cgroup (v2) limit below that is the one that counts.
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), cur_file("/sys/fs/cgroup/memory.current");
+  std::int64_t limit = 0, used = 0;
+  if (max_file >> limit && cur_file >> used && limit > used && (avail < 0 || limit - used < avail)) {
+    avail = limit - used;
+    *source = "the cgroup's memory.max less memory.current";
+  }
+  return avail;
+}
+
+Status check_host_memory(const tools::ProblemSpec& s, bool loaded) {
+  std::int64_t needed = 0;
+  const bool fits_int64 = tools::workload_bytes(s, &needed);
+  std::string source = "unknown";
+  const std::int64_t avail = available_host_bytes(&source);
+  if (fits_int64 && (avail < 0 || needed <= avail)) return Status::Ok();
+  // Name the largest size: the flag to reduce.
+  std::string culprit;
+  if (loaded) {
+    culprit = "--load";
+  } else {
+    std::vector<std::pair<std::string, std::int64_t>> sizes = {
+        {"--batch", s.batch},       {"--seqlen-q", s.seqlen_q}, {"--seqlen-k", s.seqlen_k},     {"--heads-q", s.heads_q},
+        {"--heads-k", s.heads_k},   {"--head-dim", s.head_dim}, {"--head-dim-v", s.head_dim_v}};
+    if (s.varlen()) {
+      std::int64_t tq = 0, tk = 0;
+      for (std::int32_t n : s.varlen_q) tq += n;
+      for (std::int32_t n : s.varlen_k) tk += n;
+      sizes[0] = {"--varlen (rows in all:)", tq};
+      sizes[1] = {"--varlen-k (rows in all:)", tk};
+      sizes.erase(sizes.begin() + 2);
+    }
+    const auto largest = std::max_element(sizes.begin(), sizes.end(),
+                                          [](const auto& a, const auto& b) { return a.second < b.second; });
+    culprit = largest->first + " " + std::to_string(largest->second);
+  }
+  const std::string have = avail < 0 ? std::string("the memory available is unknown")
+                                     : std::to_string(avail) + " bytes (" + tools::format_bytes(double(avail)) +
+                                           ") are available (" + source + ")";
+  const std::string need = fits_int64 ? std::to_string(needed) + " bytes (" + tools::format_bytes(double(needed)) + ")"
+                                      : std::string("more than 2^63 bytes (the count overflows 64 bits)");
+  return {StatusCode::invalid_argument, culprit + ": the problem does not fit in host memory: its tensors need " +
+                                            need + ", " + have + " (problem: " + s.describe() + ")"};
+}
+
 void add_problem_flags(CLI::App* app, ProblemFlags* f) {
   app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
-  f->size_options[0] = app->add_option("--batch", f->batch, "Batch size B")->check(CLI::PositiveNumber);
-  f->size_options[1] = app->add_option("--seqlen-q", f->seqlen_q, "Query sequence length Mq")->check(CLI::NonNegativeNumber);
-  f->size_options[4] = app->add_option("--seqlen-k", f->seqlen_k, "Key sequence length Mk (default: Mq)")->check(CLI::NonNegativeNumber);
-  f->size_options[2] = app->add_option("--heads-q", f->heads_q, "Query heads Hq")->check(CLI::PositiveNumber);
-  app->add_option("--heads-k", f->heads_k, "Key/value heads Hk (default: Hq; Hq % Hk == 0 for GQA)")->check(CLI::PositiveNumber);
-  f->size_options[3] = app->add_option("--head-dim", f->head_dim, "Head dim D of q and k (1..65536)")->check(CLI::PositiveNumber);
-  app->add_option("--head-dim-v", f->head_dim_v, "Head dim Dv of v and the output (default: D)")->check(CLI::PositiveNumber);
+  f->size_options[0] = app->add_option("--batch", f->batch, "Batch size B")->check(integer_at_least<std::int64_t>(1));
+  f->size_options[1] = app->add_option("--seqlen-q", f->seqlen_q, "Query sequence length Mq")->check(integer_at_least<std::int64_t>(0));
+  f->size_options[4] = app->add_option("--seqlen-k", f->seqlen_k, "Key sequence length Mk (default: Mq)")->check(integer_at_least<std::int64_t>(0));
+  f->size_options[2] = app->add_option("--heads-q", f->heads_q, "Query heads Hq")->check(integer_at_least<std::int64_t>(1));
+  app->add_option("--heads-k", f->heads_k, "Key/value heads Hk (default: Hq; Hq % Hk == 0 for GQA)")->check(integer_at_least<std::int64_t>(1));
+  f->size_options[3] = app->add_option("--head-dim", f->head_dim, "Head dim D of q and k (1..65536)")->check(integer_at_least<std::int64_t>(1));
+  app->add_option("--head-dim-v", f->head_dim_v, "Head dim Dv of v and the output (default: D)")->check(integer_at_least<std::int64_t>(1));
   app->add_option("--dtype", f->dtype, "Element type")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app->add_flag("--causal", f->causal, "Causal mask (window right = 0)");
   app->add_option("--alignment", f->alignment, "Diagonal of causal/window masks")
       ->check(CLI::IsMember({"top-left", "bottom-right"}));
-  app->add_option("--window-left", f->window_left, "Keys visible left of the diagonal (default unbounded)")
-      ->check(CLI::NonNegativeNumber);
-  app->add_option("--window-right", f->window_right, "Keys visible right of the diagonal (default unbounded)")
-      ->check(CLI::NonNegativeNumber);
+  app->add_option("--window-left", f->window_left, "Keys visible left of the diagonal (default unbounded; a window as wide as the longest "
+                 "sequence or wider is that sequence's length: the same mask)")
+      ->check(integer_at_least<std::int64_t>(0, " (omit the flag for an unbounded window)"));
+  app->add_option("--window-right", f->window_right, "Keys visible right of the diagonal (default unbounded; clamped like --window-left)")
+      ->check(integer_at_least<std::int64_t>(0, " (omit the flag for an unbounded window)"));
   app->add_option("--bias", f->bias, "Additive bias")
       ->check(CLI::IsMember({"none", "dense", "broadcast-batch", "broadcast-heads", "row"}));
-  app->add_option("--dropout", f->dropout, "Dropout probability p in [0, 1)")->check(CLI::Range(0.0, 1.0));
-  app->add_option("--seed", f->seed, "Dropout seed");
-  app->add_option("--offset", f->offset, "Dropout offset (< 2^32)");
-  app->add_option("--scale", f->scale, "Softmax scale (default 1/sqrt(D))");
-  app->add_option("--varlen", f->varlen, "Variable lengths: query length of each sequence, e.g. 100,7,513");
-  app->add_option("--varlen-k", f->varlen_k, "Variable lengths: key length of each sequence (default: as --varlen)");
+  app->add_option("--dropout", f->dropout, "Dropout probability p in [0, 1)")->check(number_in(0.0, 1.0, "in [0, 1)"));
+  app->add_option("--seed", f->seed, "Dropout seed (0 to 2^64 - 1)")->check(integer_at_least<std::uint64_t>(0));
+  app->add_option("--offset", f->offset, "Dropout offset (< 2^32)")->check(integer_at_least<std::uint64_t>(0));
+  app->add_option("--scale", f->scale, "Softmax scale (default 1/sqrt(D))")
+      ->check(number_in(-std::numeric_limits<double>::max(), std::numeric_limits<double>::infinity(), "finite"));
+  app->add_option("--varlen", f->varlen, "Variable lengths: query length of each sequence, e.g. 100,7,513")
+      ->check(non_empty());
+  app->add_option("--varlen-k", f->varlen_k, "Variable lengths: key length of each sequence (default: as --varlen)")
+      ->check(non_empty());
   app->add_option("--backend", f->backend, "Backend")->check(CLI::IsMember({"auto", "cpu", "cuda", "reference"}));
   app->add_flag("--deterministic", f->deterministic, "Bit-reproducible backward (no atomics)");
   // The dispatcher's overrides (Options::overrides), for A/B comparisons and debugging.
@@ -155,6 +315,7 @@ Status make_spec(const ProblemFlags& f, tools::ProblemSpec* spec) {
   } else if (!f.varlen_k.empty()) {
     return bad("--varlen-k: needs --varlen (the query lengths)");
   }
+  clamp_windows(&s);
   *spec = s;
   return Status::Ok();
 }

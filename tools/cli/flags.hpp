@@ -43,6 +43,20 @@ void apply_backend_defaults(ProblemFlags* flags, Backend backend);
 Status parse_backend(const std::string& text, Backend* backend);
 Status parse_dtype(const std::string& text, DType* dtype);
 
+// The spec of the flags; windows wider than the longest sequence are clamped (clamp_windows).
 Status make_spec(const ProblemFlags& flags, tools::ProblemSpec* spec);
+
+// A window wider than the longest sequence becomes that length (the same mask): --window-left
+// 99999999999999999999 is refused by the parser, 9223372036854775807 clamped here.
+void clamp_windows(tools::ProblemSpec* spec);
+
+// Refuses, before anything is allocated, a problem whose host tensors (workload_bytes) overflow
+// or exceed the memory available; the message names the largest size flag (or --load), the bytes
+// needed and the bytes available.
+Status check_host_memory(const tools::ProblemSpec& spec, bool loaded);
+
+// Validators of run's own flags: an integer >= 0, a value that is not empty.
+CLI::Validator count_at_least_zero();
+CLI::Validator non_empty_value();
 
 }  // namespace memattn::cli

@@ -20,6 +20,10 @@ int kernels_command(ProblemFlags& flags, bool resources) {
     return 2;
   }
   spec.backend = backend;
+  if (Status s = check_host_memory(spec, false); !s.ok()) {
+    std::cerr << "error: " << s.message() << "\n";
+    return 2;
+  }
 
   std::cout << "CPU implementations:\n"
             << "  reference  float64, one query row at a time, every feature (for checking)\n"

@@ -88,10 +88,11 @@ std::ostream& text(const RunOptions& o) { return o.json ? std::cerr : std::cout;
 void add_run_flags(CLI::App* app, RunOptions* o) {
   add_problem_flags(app, &o->problem);
   app->add_option("--pass", o->pass, "Which pass to run")->check(CLI::IsMember({"fwd", "bwd", "both"}));
-  app->add_option("--iters", o->iters, "Timed iterations (after one checked run)")->check(CLI::NonNegativeNumber);
+  app->add_option("--iters", o->iters, "Timed iterations (after one checked run)")->check(count_at_least_zero());
   app->add_flag("--verify", o->verify, "Check the results against the float64 reference");
-  app->add_option("--load", o->load_dir, "Read q.npy k.npy v.npy (bias.npy do.npy) from DIR");
-  app->add_option("--save", o->save_dir, "Write out.npy lse.npy (dq.npy dk.npy dv.npy dbias.npy) to DIR");
+  app->add_option("--load", o->load_dir, "Read q.npy k.npy v.npy (bias.npy do.npy) from DIR")->check(non_empty_value());
+  app->add_option("--save", o->save_dir, "Write out.npy lse.npy (dq.npy dk.npy dv.npy dbias.npy) to DIR")
+      ->check(non_empty_value());
   app->add_flag("--json", o->json, "Print one machine-readable result line on stdout");
 }
 
@@ -103,6 +104,8 @@ Status prepare(RunOptions& o, Backend backend, tools::ProblemSpec* spec, std::un
   if (!o.load_dir.empty())
     if (Status s = load_inputs(o.load_dir, spec, &loaded); !s.ok()) return s;
   spec->backend = backend;
+  if (!o.load_dir.empty()) clamp_windows(spec);  // against the loaded lengths
+  if (Status s = check_host_memory(*spec, !o.load_dir.empty()); !s.ok()) return s;
   *w = std::make_unique<tools::Workload>(*spec);
   if (!o.load_dir.empty()) fill_inputs(loaded, w->get());
   else (*w)->fill_inputs(kInputSeed);

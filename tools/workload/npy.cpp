@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/numeric.hpp"
+#include "workload/checked.hpp"
 
 namespace memattn::tools {
 namespace {
@@ -117,7 +118,27 @@ Status read_npy(const std::string& path, NpyArray* array) {
       return fail(path, "bad shape '" + shape + "'");
     }
   }
-  const std::int64_t bytes = array->numel() * std::int64_t(array->item_size());
+  // The header's shape against the bytes the file holds, before anything is allocated: a header
+  // may claim any size.
+  std::string shape_text = "(";
+  std::int64_t bytes = std::int64_t(array->item_size());
+  bool overflow = false;
+  for (std::size_t d = 0; d < array->shape.size(); ++d) {
+    shape_text += (d ? ", " : "") + std::to_string(array->shape[d]);
+    overflow = overflow || !checked_mul(bytes, array->shape[d], &bytes);
+  }
+  shape_text += ")";
+  const std::streamoff data_start = in.tellg();
+  in.seekg(0, std::ios::end);
+  const std::int64_t held = std::int64_t(in.tellg() - data_start);
+  in.seekg(data_start);
+  const std::string needs = "its header's shape " + shape_text + " of " + descr + " needs " +
+                            (overflow ? "more than 2^63" : std::to_string(bytes)) + " bytes of data";
+  if (overflow || bytes > held)
+    return fail(path, "file is shorter than its shape says: " + needs + ", the file holds " + std::to_string(held));
+  if (bytes < held)
+    return fail(path, "trailing bytes: " + needs + ", the file holds " + std::to_string(held) + " (" +
+                          std::to_string(held - bytes) + " bytes after the data)");
   array->data.resize(std::size_t(bytes));
   if (bytes && !in.read(reinterpret_cast<char*>(array->data.data()), bytes))
     return fail(path, "file is shorter than its shape says");

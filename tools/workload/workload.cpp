@@ -1,5 +1,7 @@
 #include "workload/workload.hpp"
 
+#include "workload/checked.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -114,6 +116,17 @@ void padded_strides(const std::int64_t* sizes, int rank, std::int64_t pad, std::
   *elements = stride;
 }
 
+// padded_strides' element count with every step checked; false on overflow.
+bool padded_elements(std::initializer_list<std::int64_t> sizes, std::int64_t pad, std::int64_t* elements) {
+  std::int64_t stride = 1;
+  const std::int64_t* s = sizes.begin();
+  for (int d = int(sizes.size()) - 1; d >= 0; --d)
+    if (!checked_mul(stride, std::max<std::int64_t>(s[d], 1), &stride) || !checked_add(stride, d > 0 ? pad : 0, &stride))
+      return false;
+  *elements = stride;
+  return true;
+}
+
 Buffer make_buffer(DType dtype, std::initializer_list<std::int64_t> sizes, std::int64_t pad) {
   Buffer buf;
   TensorRef& t = buf.view;
@@ -162,6 +175,45 @@ void for_each_element(const TensorRef& t, F f) {
 }
 
 }  // namespace
+
+bool workload_bytes(const ProblemSpec& s, std::int64_t* bytes) {
+  const std::int64_t P = s.padding;
+  const std::int64_t B = s.varlen() ? 1 : s.batch;
+  std::int64_t Mq = s.seqlen_q, Mk = s.seqlen_k;
+  if (s.varlen()) {
+    Mq = Mk = 0;
+    for (std::int32_t n : s.varlen_q)
+      if (!checked_add(Mq, n, &Mq)) return false;
+    for (std::int32_t n : s.varlen_k)
+      if (!checked_add(Mk, n, &Mk)) return false;
+  }
+  const std::int64_t kv_batch = s.kv_broadcast_batch ? 1 : B;
+  const std::int64_t item = std::int64_t(dtype_size(s.dtype));
+  // The rank-4 buffers of the constructor: q, k, v, out, dout, dq, dk, dv.
+  const std::array<std::int64_t, 4> shapes[] = {
+      {B, Mq, s.heads_q, s.head_dim},        {kv_batch, Mk, s.heads_k, s.head_dim}, {kv_batch, Mk, s.heads_k, s.head_dim_v},
+      {B, Mq, s.heads_q, s.head_dim_v},      {B, Mq, s.heads_q, s.head_dim_v},      {B, Mq, s.heads_q, s.head_dim},
+      {B, Mk, s.heads_k, s.head_dim},        {B, Mk, s.heads_k, s.head_dim_v}};
+  std::int64_t total = 0, elements = 0, b = 0;
+  for (const auto& sz : shapes)
+    if (!padded_elements({sz[0], sz[1], sz[2], sz[3]}, P, &elements) || !checked_mul(elements, item, &b) ||
+        !checked_add(total, b, &total))
+      return false;
+  if (s.with_lse && (!padded_elements({B, s.heads_q, Mq}, P, &elements) || !checked_mul(elements, 4, &b) ||
+                     !checked_add(total, b, &total)))
+    return false;
+  if (s.bias) {
+    const std::int64_t full[4] = {s.num_seqs(), s.heads_q, s.max_q(), s.max_k()};
+    const BiasPattern& bc = *s.bias;
+    const std::int64_t bitem = s.bias_f32 ? 4 : item;
+    if (!padded_elements({bc[0] ? 1 : full[0], bc[1] ? 1 : full[1], bc[2] ? 1 : full[2], bc[3] ? 1 : full[3]}, P,
+                         &elements) ||
+        !checked_mul(elements, bitem, &b) || !checked_mul(b, s.with_dbias ? 2 : 1, &b) || !checked_add(total, b, &total))
+      return false;
+  }
+  *bytes = total;
+  return true;
+}
 
 Workload::Workload(const ProblemSpec& spec) : spec_(spec) {
   const ProblemSpec& s = spec_;

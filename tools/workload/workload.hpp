@@ -53,6 +53,11 @@ struct ProblemSpec {
   std::string describe() const;
 };
 
+// Bytes of host memory that Workload(spec) allocates for its tensors, computed with checked
+// arithmetic (workload/checked.hpp) before anything is allocated; false when the count does not
+// fit in int64.
+bool workload_bytes(const ProblemSpec& spec, std::int64_t* bytes);
+
 // One tensor: its bytes and its view.
 struct Buffer {
   std::vector<unsigned char> bytes;
