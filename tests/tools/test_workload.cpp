@@ -174,5 +174,37 @@ TEST(Workload, ValuesGoInAndComeOutInContiguousOrder) {
         ASSERT_EQ(full[std::size_t((b * s.heads_q + h) * per_head + e)], reduced[std::size_t(b * per_head + e)]);
 }
 
+// Issue 30 (#10): the CLI refuses problems that cannot fit from workload_bytes, computed before
+// allocating; it must be exactly what the constructor allocates, and an overflow must be seen.
+TEST(Workload, BytesBeforeAllocationMatchTheBuffers) {
+  std::vector<ProblemSpec> specs;
+  for (DType dt : {DType::f32, DType::f16}) specs.push_back(spec(dt));
+  specs[0].bias = bias_pattern(BiasKind::broadcast_heads);
+  specs[0].padding = 3;
+  specs[1].bias = bias_pattern(BiasKind::dense);
+  specs[1].bias_f32 = true;
+  specs[1].kv_broadcast_batch = true;
+  ProblemSpec v = spec(DType::bf16);
+  v.varlen_q = {5, 0, 17};
+  v.varlen_k = {9, 4, 1};
+  v.bias = bias_pattern(BiasKind::row);
+  v.with_dbias = false;
+  v.with_lse = false;
+  specs.push_back(v);
+  for (const ProblemSpec& s : specs) {
+    std::int64_t bytes = -1;
+    ASSERT_TRUE(workload_bytes(s, &bytes)) << s.describe();
+    EXPECT_EQ(bytes, std::int64_t(Workload(s).host_bytes())) << s.describe();
+  }
+  ProblemSpec huge = spec(DType::f32);
+  huge.seqlen_k = std::int64_t(1) << 60;
+  std::int64_t bytes = -1;
+  EXPECT_FALSE(workload_bytes(huge, &bytes));
+  huge = spec(DType::f32);
+  huge.batch = std::numeric_limits<std::int64_t>::max();
+  EXPECT_FALSE(workload_bytes(huge, &bytes));
+  EXPECT_EQ(bytes, -1);
+}
+
 }  // namespace
 }  // namespace memattn::tools
