@@ -124,6 +124,9 @@ expect 2 "^--window-left: must be <= 9223372036854775807 (omit the flag for an u
 expect 0 "mask(90,90,top-left)" run "${small[@]}" --dtype fp32 --window-left 9223372036854775807 --window-right 9223372036854775807
 expect 0 "result: PASS" run "${small[@]}" --dtype fp32 --window-left 9223372036854775807 --window-right 9223372036854775807 --dropout 0.2
 expect 0 "result: PASS" run "${small[@]}" --seed 18446744073709551615 --dropout 0.2 --batch 02
+# ... against the lengths of the --load files (70 x 90 here), not the flags' defaults.
+expect 0 "mask(50,90,top-left)" run --backend "$backend" --iters 1 --verify --dtype bf16 --load "$tmp/a" \
+  --seqlen-q 8 --seqlen-k 8 --window-left 50 --window-right 5000
 
 expect 2 "" run --no-such-flag
 expect 2 "" frobnicate

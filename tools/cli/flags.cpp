@@ -315,7 +315,6 @@ Status make_spec(const ProblemFlags& f, tools::ProblemSpec* spec) {
   } else if (!f.varlen_k.empty()) {
     return bad("--varlen-k: needs --varlen (the query lengths)");
   }
-  clamp_windows(&s);
   *spec = s;
   return Status::Ok();
 }

@@ -43,11 +43,12 @@ void apply_backend_defaults(ProblemFlags* flags, Backend backend);
 Status parse_backend(const std::string& text, Backend* backend);
 Status parse_dtype(const std::string& text, DType* dtype);
 
-// The spec of the flags; windows wider than the longest sequence are clamped (clamp_windows).
+// The spec of the flags (windows as given: clamp_windows once the lengths are final).
 Status make_spec(const ProblemFlags& flags, tools::ProblemSpec* spec);
 
 // A window wider than the longest sequence becomes that length (the same mask): --window-left
-// 99999999999999999999 is refused by the parser, 9223372036854775807 clamped here.
+// 99999999999999999999 is refused by the parser, 9223372036854775807 clamped here. Called once
+// the lengths are final (after --load).
 void clamp_windows(tools::ProblemSpec* spec);
 
 // Refuses, before anything is allocated, a problem whose host tensors (workload_bytes) overflow

@@ -20,6 +20,7 @@ int kernels_command(ProblemFlags& flags, bool resources) {
     return 2;
   }
   spec.backend = backend;
+  clamp_windows(&spec);
   if (Status s = check_host_memory(spec, false); !s.ok()) {
     std::cerr << "error: " << s.message() << "\n";
     return 2;

@@ -104,7 +104,7 @@ Status prepare(RunOptions& o, Backend backend, tools::ProblemSpec* spec, std::un
   if (!o.load_dir.empty())
     if (Status s = load_inputs(o.load_dir, spec, &loaded); !s.ok()) return s;
   spec->backend = backend;
-  if (!o.load_dir.empty()) clamp_windows(spec);  // against the loaded lengths
+  clamp_windows(spec);  // against the final lengths (those of the files with --load)
   if (Status s = check_host_memory(*spec, !o.load_dir.empty()); !s.ok()) return s;
   *w = std::make_unique<tools::Workload>(*spec);
   if (!o.load_dir.empty()) fill_inputs(loaded, w->get());
