@@ -60,9 +60,75 @@ Status run_reference(const BackwardArgs& args, const detail::Problem& p) {
   return Status::Ok();
 }
 
+// Empty problems (Problem::empty: B, Mq, Mk or Hq is 0) return here, before any backend runs.
+// Every gradient is 0 and a row that sees no key has out 0 and LSE -inf; an output with no elements
+// is not touched (its pointer may be null). On the host the outputs are written here. On the CUDA
+// backend writing device memory needs the stream, so: a problem whose outputs all have no elements
+// returns at once; Mk = 0 with B, Mq, Hq > 0 goes to the kernels, which handle a row with no key
+// (out 0, LSE -inf, dq 0; tests/support/cases.cpp's empty_keys); any other empty problem with an
+// output that has elements (the backward's dk, dv or dbias with Mq = 0 or Hq = 0) is refused as
+// unsupported, before anything is written.
+bool has_elements(const TensorRef& t) {
+  if (!t.defined()) return false;
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] == 0) return false;
+  return true;
+}
+
+// Writes `value` into every element of a validated host tensor of rank 3 or 4.
+void fill_host(const TensorRef& t, double value) {
+  if (!has_elements(t)) return;
+  std::int64_t idx[4] = {0, 0, 0, 0};
+  for (;;) {
+    std::int64_t off = 0;
+    for (int d = 0; d < t.rank; ++d) off += idx[d] * t.strides[d];
+    detail::store_double(t.data, t.dtype, off, value);
+    int d = t.rank - 1;
+    while (d >= 0 && ++idx[d] == t.sizes[d]) idx[d--] = 0;
+    if (d < 0) return;
+  }
+}
+
+enum class EmptyRun { done, to_backend };
+
+// The one empty problem the CUDA backend is given: Mk = 0 (no key anywhere) with B, Mq, Hq > 0.
+bool cuda_runs_empty(const detail::Problem& p) {
+  return p.backend == Backend::cuda && p.batch > 0 && p.seqlen_q > 0 && p.heads_q > 0;
+}
+
+Status finish_empty(const ForwardArgs& a, const detail::Problem& p, EmptyRun* run) {
+  *run = EmptyRun::done;
+  const bool outputs = has_elements(a.out) || has_elements(a.lse);
+  if (p.backend == Backend::cuda) {
+    if (outputs && cuda_runs_empty(p)) *run = EmptyRun::to_backend;  // only Mk = 0 leaves outputs
+    return Status::Ok();
+  }
+  fill_host(a.out, 0.0);
+  fill_host(a.lse, -std::numeric_limits<double>::infinity());
+  return Status::Ok();
+}
+
+Status finish_empty(const BackwardArgs& a, const detail::Problem& p, EmptyRun* run) {
+  *run = EmptyRun::done;
+  const TensorRef* grads[] = {&a.dq, &a.dk, &a.dv, &a.dbias};
+  if (p.backend == Backend::cuda) {
+    if (has_elements(a.dk) || has_elements(a.dv) || has_elements(a.dbias))
+      return {StatusCode::unsupported,
+              "empty problem (B = " + std::to_string(p.batch) + ", Mq = " + std::to_string(p.seqlen_q) +
+                  ", Mk = " + std::to_string(p.seqlen_k) + ", Hq = " + std::to_string(p.heads_q) +
+                  "): the CUDA backend cannot yet zero-fill dk, dv or dbias of a backward with no query; " +
+                  "its gradients are all 0"};
+    if (has_elements(a.dq) && cuda_runs_empty(p)) *run = EmptyRun::to_backend;  // Mk = 0: dq = 0
+    return Status::Ok();
+  }
+  for (const TensorRef* g : grads) fill_host(*g, 0.0);
+  return Status::Ok();
+}
+
 template <class Args>
 Status workspace_size(const Args& args, const detail::Problem& p, std::size_t* bytes) {
   *bytes = 0;
+  if (p.empty && !cuda_runs_empty(p)) return Status::Ok();
   if (p.backend == Backend::cuda) return cuda::workspace_size(args, p, bytes);
   return Status::Ok();  // the CPU paths allocate their own scratch
 }
@@ -96,6 +162,10 @@ Status forward(const ForwardArgs& args) {
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   // The alignment here; the size where the plan is made (cuda::forward), not twice per call.
   if (Status s = detail::check_workspace(args, 0); !s.ok()) return s;
+  if (p.empty) {
+    EmptyRun run;
+    if (Status s = finish_empty(args, p, &run); !s.ok() || run == EmptyRun::done) return s;
+  }
   switch (p.backend) {
     case Backend::reference: return run_reference(args);
     case Backend::cuda: return cuda::forward(args, p);
@@ -107,6 +177,10 @@ Status backward(const BackwardArgs& args) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   if (Status s = detail::check_workspace(args, 0); !s.ok()) return s;
+  if (p.empty) {
+    EmptyRun run;
+    if (Status s = finish_empty(args, p, &run); !s.ok() || run == EmptyRun::done) return s;
+  }
   switch (p.backend) {
     case Backend::reference: return run_reference(args, p);
     case Backend::cuda: return cuda::backward(args, p);
@@ -117,6 +191,10 @@ Status backward(const BackwardArgs& args) {
 Status describe_plan(const ForwardArgs& args, std::string* plan) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
+  if (p.empty && !cuda_runs_empty(p)) {
+    *plan = "empty problem (B, Mq, Mk or Hq is 0): returns at once with zero-filled outputs";
+    return Status::Ok();
+  }
   switch (p.backend) {
     case Backend::reference: *plan = "reference (float64, naive)"; return Status::Ok();
     case Backend::cuda: return cuda::describe_forward(args, p, plan);
@@ -127,6 +205,10 @@ Status describe_plan(const ForwardArgs& args, std::string* plan) {
 Status describe_plan(const BackwardArgs& args, std::string* plan) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
+  if (p.empty && !cuda_runs_empty(p)) {
+    *plan = "empty problem (B, Mq, Mk or Hq is 0): returns at once with zero-filled outputs";
+    return Status::Ok();
+  }
   switch (p.backend) {
     case Backend::reference: *plan = "reference (float64, naive)"; return Status::Ok();
     case Backend::cuda: return cuda::describe_backward(args, p, plan);

@@ -38,8 +38,8 @@ bool mul_overflows(std::int64_t a, std::int64_t b, std::int64_t* out) {
 
 // Structure shared by every tensor argument: pointer, rank, sizes, strides, and that its largest
 // byte offset fits in int64.
+// A null data pointer is allowed for a tensor with zero elements only (it is never read or written).
 Status check_tensor(const TensorRef& t, const char* name, const char* layout, int rank) {
-  if (t.data == nullptr) return invalid(std::string(name) + ": data pointer is null");
   if (t.rank != rank)
     return invalid(std::string(name) + ": expected rank " + std::to_string(rank) + " " + layout +
                    ", got rank " + std::to_string(t.rank));
@@ -58,6 +58,11 @@ Status check_tensor(const TensorRef& t, const char* name, const char* layout, in
       return invalid(std::string(name) + ": sizes " + shape_string(t) +
                      " with its strides overflow a 64-bit offset");
   }
+  bool no_elements = false;
+  for (int d = 0; d < rank; ++d) no_elements = no_elements || t.sizes[d] == 0;
+  if (t.data == nullptr && !no_elements)
+    return invalid(std::string(name) + ": data pointer is null (allowed only for a tensor with zero elements; " +
+                   "this one has shape " + shape_string(t) + ")");
   std::int64_t bytes = 0;
   if (mul_overflows(extent + 1, std::int64_t(dtype_size(t.dtype)), &bytes))
     return invalid(std::string(name) + ": byte extent overflows 64 bits");
@@ -86,6 +91,8 @@ Status check_dtype(const TensorRef& t, const char* name, DType want) {
 // An output must not have two elements at one address, except along `shared` dimensions
 // (dbias's broadcast dimensions), which receive one summed value.
 Status check_no_overlap(const TensorRef& t, const char* name, const bool* shared = nullptr) {
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] == 0) return Status::Ok();  // no elements, none to overlap
   int dims[4];
   int n = 0;
   for (int d = 0; d < t.rank; ++d) {
@@ -114,14 +121,34 @@ struct NamedPointer {
 };
 
 // All pointers live in one place, and that place suits the backend asked for.
+// Null pointers (tensors with zero elements, absent optional ones) live nowhere: the first non-null
+// pointer decides. When every pointer is null (an empty problem), the requested backend is kept
+// (automatic: the CPU, or the reference for f64) and nothing is located.
 Status check_locations(const std::vector<NamedPointer>& pointers, Backend requested, DType dtype, Problem* p) {
-  const PointerInfo first = locate(pointers.front().ptr);
+  const NamedPointer* front = nullptr;
+  for (const NamedPointer& np : pointers)
+    if (np.ptr != nullptr) {
+      front = &np;
+      break;
+    }
+  if (front == nullptr) {
+    Backend resolved = requested == Backend::automatic ? (dtype == DType::f64 ? Backend::reference : Backend::cpu)
+                                                       : requested;
+    if (dtype == DType::f64 && resolved != Backend::reference)
+      return invalid(std::string(pointers.front().name) + ": dtype f64 is supported by the reference backend only");
+    p->backend = resolved;
+    p->device = resolved == Backend::cuda ? current_cuda_device() : -1;
+    if (resolved == Backend::cuda && p->device < 0)
+      return invalid("backend: cuda was asked for, but there is no CUDA device");
+    return Status::Ok();
+  }
+  const PointerInfo first = locate(front->ptr);
   for (const NamedPointer& np : pointers) {
     if (np.ptr == nullptr) continue;
     const PointerInfo info = locate(np.ptr);
     if (info.location != first.location || info.device != first.device)
       return invalid(std::string(np.name) + ": lives in " + describe(info) + " but " +
-                     pointers.front().name + " lives in " + describe(first));
+                     front->name + " lives in " + describe(first));
   }
   Backend resolved = requested;
   if (requested == Backend::automatic)
@@ -129,18 +156,18 @@ Status check_locations(const std::vector<NamedPointer>& pointers, Backend reques
                : dtype == DType::f64             ? Backend::reference
                                                  : Backend::cpu;
   if (dtype == DType::f64 && resolved != Backend::reference)
-    return invalid(std::string(pointers.front().name) + ": dtype f64 is supported by the reference backend only");
+    return invalid(std::string(front->name) + ": dtype f64 is supported by the reference backend only");
   if (resolved == Backend::cuda) {
     if (first.location != Location::device)
-      return invalid(std::string("backend: cuda needs device memory, but ") + pointers.front().name +
+      return invalid(std::string("backend: cuda needs device memory, but ") + front->name +
                      " lives in " + describe(first));
     if (first.device != current_cuda_device())
-      return invalid(std::string(pointers.front().name) + ": lives on CUDA device " +
+      return invalid(std::string(front->name) + ": lives on CUDA device " +
                      std::to_string(first.device) + " but the current device is " +
                      std::to_string(current_cuda_device()));
   } else if (first.location != Location::host) {
     return invalid(std::string("backend: ") + to_string(resolved) + " needs host memory, but " +
-                   pointers.front().name + " lives in " + describe(first));
+                   front->name + " lives in " + describe(first));
   }
   p->backend = resolved;
   p->device = first.device;
@@ -212,8 +239,10 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
   p->heads_k = k.sizes[2];
   p->head_dim = q.sizes[3];
   p->head_dim_v = v.sizes[3];
-  if (p->heads_q < 1) return invalid("q: heads (dimension 2) must be >= 1");
-  if (p->heads_k < 1) return invalid("k: heads (dimension 2) must be >= 1");
+  // Hq = 0 is an empty problem; Hk = 0 only with Hq = 0 (query heads need kv heads to attend to).
+  if (p->heads_k == 0 && p->heads_q > 0)
+    return invalid("k: kv heads Hk = 0 (dimension 2) with Hq = " + std::to_string(p->heads_q) +
+                   " query heads; Hk must be >= 1 unless Hq = 0");
   if (p->head_dim < 1 || p->head_dim > kMaxHeadDim)
     return invalid("q: head dim D = " + std::to_string(p->head_dim) + " is outside [1, 65536]");
   if (p->head_dim_v < 1 || p->head_dim_v > kMaxHeadDim)
@@ -224,7 +253,7 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
   if (Status s = check_sizes(v, "v", "[B, Mk, Hk, Dv]", {q.sizes[0], k.sizes[1], k.sizes[2], v.sizes[3]});
       !s.ok())
     return s;
-  if (p->heads_q % p->heads_k != 0)
+  if (p->heads_k > 0 && p->heads_q % p->heads_k != 0)
     return invalid("k: query heads Hq = " + std::to_string(p->heads_q) +
                    " must be a multiple of kv heads Hk = " + std::to_string(p->heads_k));
 
@@ -242,6 +271,8 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
     p->seqlen_q = q.sizes[1];
     p->seqlen_k = k.sizes[1];
   }
+  // Empty: no (query, key) pair at all. Validation goes on in full; api.cpp returns at once.
+  p->empty = q.sizes[0] == 0 || q.sizes[1] == 0 || k.sizes[1] == 0 || p->heads_q == 0;
   pointers.push_back({"workspace", opt.workspace});
   if (Status s = check_locations(pointers, opt.backend, q.dtype, p); !s.ok()) return s;
   if (p->varlen) {
@@ -315,7 +346,10 @@ Status check_out_lse(const TensorRef& out, const TensorRef& lse, const char* out
       !s.ok())
     return s;
   if (!lse.defined()) {
-    if (need == Lse::required) return invalid("lse: is required by the backward (the forward's logsumexp)");
+    // A null lse of the backward is allowed where it has no elements ([B, Hq, Mq] with a 0).
+    const bool lse_has_elements = q.sizes[0] > 0 && p.heads_q > 0 && q.sizes[1] > 0;
+    if (need == Lse::required && lse_has_elements)
+      return invalid("lse: is required by the backward (the forward's logsumexp)");
     return Status::Ok();
   }
   if (Status s = check_tensor(lse, "lse", "[B, Hq, Mq]", 3); !s.ok()) return s;
@@ -399,7 +433,6 @@ double Problem::visible_pairs() const {
 
 Status build_problem(const ForwardArgs& a, Problem* p) {
   *p = Problem{};
-  if (!a.q.defined()) return invalid("q: data pointer is null");
   const std::vector<NamedPointer> ptrs = {{"q", a.q.data},     {"k", a.k.data},     {"v", a.v.data},
                                           {"bias", a.bias.data}, {"out", a.out.data}, {"lse", a.lse.data}};
   if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, p); !s.ok()) return s;
@@ -413,7 +446,6 @@ Status build_problem(const ForwardArgs& a, Problem* p) {
 
 Status build_problem(const BackwardArgs& a, Problem* p) {
   *p = Problem{};
-  if (!a.q.defined()) return invalid("q: data pointer is null");
   const std::vector<NamedPointer> ptrs = {
       {"q", a.q.data},       {"k", a.k.data},   {"v", a.v.data},   {"bias", a.bias.data},
       {"out", a.out.data},   {"lse", a.lse.data}, {"dout", a.dout.data}, {"dq", a.dq.data},

@@ -40,6 +40,10 @@ struct Problem {
   std::uint32_t dropout_threshold = 0;
   std::uint64_t dropout_seed = 0, dropout_offset = 0;
 
+  // B, Mq, Mk (total packed rows with variable lengths) or Hq is 0: no (query, key) pair. The API
+  // returns at once (api.cpp, finish_empty) before any backend runs.
+  bool empty = false;
+
   Backend backend = Backend::cpu;  // resolved: cpu, cuda or reference
   int device = -1;                 // CUDA ordinal when backend == cuda
 

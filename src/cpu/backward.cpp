@@ -209,8 +209,9 @@ void main_pass(const BackwardArgs& a, const detail::Problem& p, const Tiling& ti
   threads = omp_get_max_threads();
 #endif
   // Split the keys of each (sequence, kv head) when there are fewer of those than threads.
+  // (An empty problem returns before any backend runs, api.cpp; pairs = 0 stays defined here too.)
   const std::int64_t pairs = p.batch * p.heads_k;
-  const std::int64_t chunks = pairs >= threads ? 1 : (threads + pairs - 1) / pairs;
+  const std::int64_t chunks = pairs >= threads || pairs < 1 ? 1 : (threads + pairs - 1) / pairs;
   std::vector<MainTask> tasks;
   std::int64_t partial_size = 0;
   for (std::int64_t b = 0; b < p.batch; ++b) {

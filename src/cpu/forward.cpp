@@ -39,7 +39,8 @@ void online_softmax(std::int64_t rows, std::int64_t cols, std::int64_t dv, Scrat
   for (std::int64_t c = 0; c < cols; ++c) {
     const float* col = st + c * rows;
 #pragma omp simd
-    for (std::int64_t r = 0; r < rows; ++r) tmax[r] = col[r] > tmax[r] ? col[r] : tmax[r];
+    // A NaN score is sticky (col != col), so that a row with one gets out and LSE NaN, as in math.
+    for (std::int64_t r = 0; r < rows; ++r) tmax[r] = col[r] > tmax[r] || col[r] != col[r] ? col[r] : tmax[r];
   }
   // New max per row; a row with nothing visible yet keeps max -inf and exponentiates against 0
   // (exp2(-inf - 0) = 0) with its accumulator left as is.

@@ -83,7 +83,7 @@ void compute_row(const Problem& pr, const TensorRef& q, const TensorRef& k, cons
     double score = pr.scale * dot;
     if (pr.has_bias) score += at4(bias, b, h, i, j);
     s[std::size_t(j - row->first)] = score;
-    if (score > max) max = score;
+    if (score > max || std::isnan(score)) max = score;  // a NaN score makes the row NaN, as in math
   }
   row->p.assign(std::size_t(n), 0.0);
   row->lse = kNegInf;
