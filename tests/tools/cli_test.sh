@@ -108,6 +108,7 @@ expect 2 "^--batch: must be an integer, got '1.5'$" run --batch 1.5
 expect 2 "^--iters: must be >= 0, got -1$" run --iters -1
 expect 2 "^--seed: must be >= 0, got -1$" run --seed -1
 expect 2 "^--offset: must be >= 0, got -3$" run --offset -3
+expect 2 "^--offset: must be <= 4294967295 (it is one word of the Philox counter), got 4294967296$" run --offset 4294967296
 expect 2 "^--dropout: must be in \[0, 1), got -0.5$" run --dropout -0.5
 expect 2 "^--scale: must be finite, got inf$" run --scale inf
 expect 2 "^--varlen: must not be empty$" run --varlen ''

@@ -53,9 +53,9 @@ Status parse_lengths(const std::string& text, const char* flag, std::vector<std:
 // rule and the value (CLI11's own print DBL_MAX in 300 digits, or "Could not convert").
 // CLI11 prefixes each message with the flag's name.
 template <class T>
-CLI::Validator integer_at_least(T lo, const char* hint = "") {
+CLI::Validator integer_at_least(T lo, const char* hint = "", T hi = std::numeric_limits<T>::max()) {
   return CLI::Validator(
-      [lo, hint](std::string& text) -> std::string {
+      [lo, hint, hi](std::string& text) -> std::string {
         T v{};
         const char* end = text.data() + text.size();
         const bool negative = !text.empty() && text[0] == '-';
@@ -70,6 +70,7 @@ CLI::Validator integer_at_least(T lo, const char* hint = "") {
           return "must be >= " + std::to_string(lo) + ", got " + text;
         if (r.ec == std::errc::result_out_of_range)
           return "must be <= " + std::to_string(std::numeric_limits<T>::max()) + std::string(hint) + ", got " + text;
+        if (v > hi) return "must be <= " + std::to_string(hi) + std::string(hint) + ", got " + text;
         text = std::to_string(v);  // decimal, as checked (CLI11 would read a leading 0 as octal)
         return std::string();
       },
@@ -226,7 +227,8 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
       ->check(CLI::IsMember({"none", "dense", "broadcast-batch", "broadcast-heads", "row"}));
   app->add_option("--dropout", f->dropout, "Dropout probability p in [0, 1)")->check(number_in(0.0, 1.0, "in [0, 1)"));
   app->add_option("--seed", f->seed, "Dropout seed (0 to 2^64 - 1)")->check(integer_at_least<std::uint64_t>(0));
-  app->add_option("--offset", f->offset, "Dropout offset (< 2^32)")->check(integer_at_least<std::uint64_t>(0));
+  app->add_option("--offset", f->offset, "Dropout offset (< 2^32)")
+      ->check(integer_at_least<std::uint64_t>(0, " (it is one word of the Philox counter)", 0xffffffffull));
   app->add_option("--scale", f->scale, "Softmax scale (default 1/sqrt(D))")
       ->check(number_in(-std::numeric_limits<double>::max(), std::numeric_limits<double>::infinity(), "finite"));
   app->add_option("--varlen", f->varlen, "Variable lengths: query length of each sequence, e.g. 100,7,513")
