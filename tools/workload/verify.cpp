@@ -29,34 +29,52 @@ double rms(const std::vector<double>& x) {
   return n > 0 ? std::sqrt(sum / double(n)) : 0.0;
 }
 
-// The size a gradient's elements have where the softmax does not cancel them: dP = dO V^T is
-// about rms(dO) rms(V) sqrt(Dv) per element, dS = P (dP - delta) at most that, and dQ = scale dS K
-// (dK = scale dS^T Q) adds rows of K (Q) with weights summing to about one; dV sums rows of dO.
+// The size a gradient's elements have where the softmax does not cancel them: dP = dO V^T / (1 - p)
+// is about rms(dO) rms(V) sqrt(Dv) / (1 - p) per element and dS = P (dP - delta) at most that.
+// dQ = scale dS K adds rows of K with weights summing to one; dK = scale dS^T Q and dV = P^T dO
+// add rows of Q and dO with weights summing to the queries a key sees (over the heads of its
+// group), whose rounding errors add up like a random walk: sqrt of that count. dbias sums dS over
+// its broadcast copies, likewise.
 struct GradientScales {
   double dq, dk, dv, dbias;
 };
 
-GradientScales gradient_scales(const Workload& w) {
+std::int64_t rows(const std::vector<std::int32_t>& lengths, std::int64_t fixed) {
+  if (lengths.empty()) return fixed;
+  std::int64_t n = 0;
+  for (std::int32_t l : lengths) n += l;
+  return n;
+}
+
+GradientScales gradient_scales(const Workload& w, std::size_t dbias_elements) {
   const ProblemSpec& s = w.spec();
   const double scale = s.scale.value_or(1.0 / std::sqrt(double(s.head_dim)));
+  const double keep = 1.0 - s.dropout.p;
   const double dout = rms(w.to_double(Tensor::dout));
-  const double dp = dout * rms(w.to_double(Tensor::v)) * std::sqrt(double(s.head_dim_v));
-  return {scale * dp * rms(w.to_double(Tensor::k)), scale * dp * rms(w.to_double(Tensor::q)), dout, dp};
+  const double dp = dout * rms(w.to_double(Tensor::v)) * std::sqrt(double(s.head_dim_v)) / keep;
+  const std::int64_t q_rows = rows(s.varlen_q, s.batch * s.seqlen_q);
+  const std::int64_t k_rows = rows(s.varlen_k.empty() ? s.varlen_q : s.varlen_k, s.batch * s.seqlen_k);
+  const double per_key = std::sqrt(std::max(1.0, double(q_rows * s.heads_q) / double(std::max<std::int64_t>(1, k_rows * s.heads_k))));
+  const double copies = dbias_elements > 0
+                            ? double(s.num_seqs() * s.heads_q * s.max_q() * s.max_k()) / double(dbias_elements)
+                            : 1.0;
+  return {scale * dp * rms(w.to_double(Tensor::k)), scale * dp * rms(w.to_double(Tensor::q)) * per_key,
+          dout / keep * per_key, dp * std::sqrt(std::max(1.0, copies))};
 }
 
 // A gradient line: the relative error against the reference, and, for gradients whose exact
 // value is (nearly) zero (dQ and dK when every query sees one key: P = 1, so dS = 0), the
-// absolute error against the rounding noise those magnitudes carry: delta = rowsum(dO * O) reads
-// O rounded to the inputs' dtype, so dS = P (dP - delta) keeps about one unit roundoff u of the
-// dtype times dP. A relative error of that noise over a zero norm says nothing; a wrong kernel is
-// off by far more than kNoiseUnits units of the magnitudes it computed with.
-constexpr double kNoiseUnits = 8;
-
-double unit_roundoff(DType dtype) {
+// absolute error against the rounding noise those magnitudes carry. Two sources: delta =
+// rowsum(dO * O) reads O rounded to the inputs' dtype (about one unit roundoff u of the dtype
+// times dP), and the float32 arithmetic with its fast exponential (measured up to ~8 float32
+// units at D = 96, one key). A relative error of that noise over a zero norm says nothing; the
+// limit below is about four times the noise measured, and a wrong kernel is off by far more.
+double noise_units(DType dtype) {
+  const double f32 = std::ldexp(1.0, -24);
   switch (dtype) {
-    case DType::bf16: return std::ldexp(1.0, -8);
-    case DType::f16: return std::ldexp(1.0, -11);
-    default: return std::ldexp(1.0, -24);
+    case DType::bf16: return 2 * std::ldexp(1.0, -8) + 32 * f32;
+    case DType::f16: return 2 * std::ldexp(1.0, -11) + 32 * f32;
+    default: return 34 * f32;
   }
 }
 
@@ -71,7 +89,7 @@ CheckLine gradient_line(const char* name, const std::vector<double>& x, const st
     ++n;
   }
   line.abs_l2 = std::sqrt(diff2);
-  line.noise_l2 = kNoiseUnits * unit_roundoff(dtype) * typical * std::sqrt(double(n));
+  line.noise_l2 = noise_units(dtype) * typical * std::sqrt(double(n));
   return line;
 }
 
@@ -112,7 +130,7 @@ Status verify_backward(const Workload& w, const reference::Selection& selection,
   if (Status s = reference::backward(args, &ref, progress, selection); !s.ok()) return s;
   const double tol = 2 * output_tolerance(w.spec().dtype);
   report->scope = describe_selection(selection);
-  const GradientScales typical = gradient_scales(w);
+  const GradientScales typical = gradient_scales(w, ref.dbias.size());
   report->lines.push_back(gradient_line("dq", w.to_double(Tensor::dq), ref.dq, typical.dq, w.spec().dtype, tol));
   report->lines.push_back(gradient_line("dk", w.to_double(Tensor::dk), ref.dk, typical.dk, w.spec().dtype, tol));
   report->lines.push_back(gradient_line("dv", w.to_double(Tensor::dv), ref.dv, typical.dv, w.spec().dtype, tol));
