@@ -15,8 +15,10 @@
 // D = 0 or Dv = 0 is refused (invalid_argument naming q's D or v's Dv). On the CUDA backend, which
 // writes device memory only from its kernels: an empty problem whose outputs all have no elements
 // returns at once; Mk = 0 with B, Mq, Hq > 0 runs the kernels, which give the rows with no key
-// out 0, LSE -inf and dq 0; a backward with no query whose dk, dv or dbias has elements (Mq = 0 or
-// Hq = 0 with Mk > 0) is refused as unsupported, nothing written.
+// out 0, LSE -inf and dq 0 (there k, v, dk and dv need non-null pointers, else unsupported; a
+// dbias with elements, a bias broadcast over keys, is unsupported too); a backward with no query
+// whose dk, dv or dbias has elements (Mq = 0 or Hq = 0 with Mk > 0) is refused as unsupported.
+// An unsupported refusal writes nothing.
 //
 // Non-finite values propagate as in float64 math attention: a NaN score makes its row's out and
 // LSE NaN; a +inf score gives NaN (inf - inf in the softmax); scale must be finite. On the CPU, a

@@ -96,12 +96,23 @@ bool cuda_runs_empty(const detail::Problem& p) {
   return p.backend == Backend::cuda && p.batch > 0 && p.seqlen_q > 0 && p.heads_q > 0;
 }
 
+// The kernels were only ever given real k and v pointers (descriptors are built from them), so a
+// null k or v (allowed for Mk = 0) is not handed to them.
+Status cuda_needs_kv(const TensorRef& k, const TensorRef& v) {
+  if (k.defined() && v.defined()) return Status::Ok();
+  return {StatusCode::unsupported,
+          std::string(k.defined() ? "v" : "k") +
+              ": data pointer is null; with Mk = 0 the CUDA backend still needs k and v pointers (any "
+              "address on the tensors' device) until it writes out = 0, LSE = -inf itself"};
+}
+
 Status finish_empty(const ForwardArgs& a, const detail::Problem& p, EmptyRun* run) {
   *run = EmptyRun::done;
   const bool outputs = has_elements(a.out) || has_elements(a.lse);
   if (p.backend == Backend::cuda) {
-    if (outputs && cuda_runs_empty(p)) *run = EmptyRun::to_backend;  // only Mk = 0 leaves outputs
-    return Status::Ok();
+    if (!outputs || !cuda_runs_empty(p)) return Status::Ok();
+    *run = EmptyRun::to_backend;  // only Mk = 0 leaves outputs with elements
+    return cuda_needs_kv(a.k, a.v);
   }
   fill_host(a.out, 0.0);
   fill_host(a.lse, -std::numeric_limits<double>::infinity());
@@ -116,10 +127,14 @@ Status finish_empty(const BackwardArgs& a, const detail::Problem& p, EmptyRun* r
       return {StatusCode::unsupported,
               "empty problem (B = " + std::to_string(p.batch) + ", Mq = " + std::to_string(p.seqlen_q) +
                   ", Mk = " + std::to_string(p.seqlen_k) + ", Hq = " + std::to_string(p.heads_q) +
-                  "): the CUDA backend cannot yet zero-fill dk, dv or dbias of a backward with no query; " +
-                  "its gradients are all 0"};
-    if (has_elements(a.dq) && cuda_runs_empty(p)) *run = EmptyRun::to_backend;  // Mk = 0: dq = 0
-    return Status::Ok();
+                  "): the CUDA backend cannot yet zero-fill dk, dv or dbias of an empty problem (they are all 0); " +
+                  "nothing was written"};
+    if (!has_elements(a.dq) || !cuda_runs_empty(p)) return Status::Ok();
+    *run = EmptyRun::to_backend;  // Mk = 0: the kernels write dq = 0
+    if (!a.dk.defined() || !a.dv.defined())
+      return {StatusCode::unsupported, std::string(a.dk.defined() ? "dv" : "dk") +
+                                           ": data pointer is null; with Mk = 0 the CUDA backend still needs it"};
+    return cuda_needs_kv(a.k, a.v);
   }
   for (const TensorRef* g : grads) fill_host(*g, 0.0);
   return Status::Ok();
