@@ -7,6 +7,7 @@
 
 #include "memattn/attention.hpp"
 #include "memattn/reference.hpp"
+#include "support/cases.hpp"
 #include "support/seed.hpp"
 #include "workload/workload.hpp"
 
@@ -14,14 +15,7 @@ namespace memattn::testing {
 namespace {
 
 tools::ProblemSpec small_spec(DType dtype, Backend backend) {
-  tools::ProblemSpec s;
-  s.batch = 2;
-  s.seqlen_q = 9;
-  s.seqlen_k = 11;
-  s.heads_q = 4;
-  s.heads_k = 2;
-  s.head_dim = 8;
-  s.head_dim_v = 6;
+  tools::ProblemSpec s = problem_shape(2, 9, 11, 4, 2, 8, 6);
   s.dtype = dtype;
   s.backend = backend;
   return s;

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/problem.hpp"
+#include "support/cases.hpp"
 #include "support/seed.hpp"
 #include "workload/workload.hpp"
 
@@ -15,14 +16,7 @@ namespace memattn::testing {
 namespace {
 
 tools::ProblemSpec good_spec() {
-  tools::ProblemSpec s;
-  s.batch = 2;
-  s.seqlen_q = 9;
-  s.seqlen_k = 11;
-  s.heads_q = 4;
-  s.heads_k = 2;
-  s.head_dim = 8;
-  s.head_dim_v = 6;
+  tools::ProblemSpec s = problem_shape(2, 9, 11, 4, 2, 8, 6);
   s.dtype = DType::bf16;
   s.bias = tools::bias_pattern(tools::BiasKind::dense);
   s.backend = Backend::cpu;
