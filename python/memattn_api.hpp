@@ -20,20 +20,21 @@ struct CallOptions {
   double dropout_p;
   std::uint64_t seed, offset;
   std::optional<double> scale;
-  std::int64_t num_seqs;  // 0: no variable lengths
-  std::uintptr_t seqstart_q, seqstart_k, seqused_k, stream;
+  // Variable lengths: each array as (address, elements, stride); an absent one is (0, 0, 1).
+  struct Index {
+    std::uintptr_t data;
+    std::int64_t size, stride;
+    IndexRef ref() const { return {reinterpret_cast<const std::int32_t*>(data), size, stride}; }
+  };
+  Index seqstart_q, seqstart_k, seqused_k;
+  std::uintptr_t stream;
 
   void apply(Options* o) const {
     o->backend = backend;
     o->mask = Mask::window(window_left, window_right, bottom_right ? Alignment::bottom_right : Alignment::top_left);
     o->dropout = {dropout_p, seed, offset};
     o->scale = scale;
-    if (num_seqs > 0) {
-      o->varlen.num_seqs = num_seqs;
-      o->varlen.seqstart_q = reinterpret_cast<const std::int32_t*>(seqstart_q);
-      o->varlen.seqstart_k = reinterpret_cast<const std::int32_t*>(seqstart_k);
-      o->varlen.seqused_k = reinterpret_cast<const std::int32_t*>(seqused_k);
-    }
+    o->varlen = {seqstart_q.ref(), seqstart_k.ref(), seqused_k.ref()};
     o->stream = reinterpret_cast<void*>(stream);
   }
 };
@@ -44,7 +45,7 @@ struct Api {
   Status (*backward)(const BackwardArgs&);
 };
 
-constexpr int kApiVersion = 2;  // 2: Options gained `overrides`
+constexpr int kApiVersion = 3;  // 2: Options gained `overrides`; 3: Varlen holds sized, strided views
 constexpr const char* kApiCapsuleName = "memattn._C._api";
 
 }  // namespace memattn::python

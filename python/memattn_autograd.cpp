@@ -118,8 +118,11 @@ void fill_options(memattn::Options* o, const at::Tensor& q, const Settings& s, c
     c.offset = std::uint64_t(r.data_ptr<std::int64_t>()[1]);
   }
   c.scale = s.scale;
-  c.num_seqs = seqstart_q ? seqstart_q->numel() - 1 : 0;
-  c.seqstart_q = address(seqstart_q), c.seqstart_k = address(seqstart_k), c.seqused_k = address(seqused_k);
+  const auto index = [&](const OptTensor& t) -> memattn::python::CallOptions::Index {
+    return t ? memattn::python::CallOptions::Index{address(t), t->numel(), t->stride(0)}
+             : memattn::python::CallOptions::Index{0, 0, 1};
+  };
+  c.seqstart_q = index(seqstart_q), c.seqstart_k = index(seqstart_k), c.seqused_k = index(seqused_k);
   if (q.is_cuda())
     c.stream = reinterpret_cast<std::uintptr_t>(
         c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(q.device()).native_handle());

@@ -51,14 +51,19 @@ memattn::Backend parse_backend(const std::string& name) {
   throw py::value_error("memattn: unknown backend " + name);
 }
 
+memattn::python::CallOptions::Index index(const py::dict& s, const char* name) {
+  const auto t = s[name].cast<py::tuple>();  // (address, elements, stride)
+  return {t[0].cast<std::uintptr_t>(), t[1].cast<std::int64_t>(), t[2].cast<std::int64_t>()};
+}
+
 memattn::python::CallOptions settings(const py::dict& s) {
   return {parse_backend(s["backend"].cast<std::string>()),
           s["window_left"].cast<std::int64_t>(),    s["window_right"].cast<std::int64_t>(),
           s["bottom_right"].cast<bool>(),           s["dropout_p"].cast<double>(),
           s["seed"].cast<std::uint64_t>(),          s["offset"].cast<std::uint64_t>(),
-          s["scale"].cast<std::optional<double>>(), s["num_seqs"].cast<std::int64_t>(),
-          s["seqstart_q"].cast<std::uintptr_t>(),   s["seqstart_k"].cast<std::uintptr_t>(),
-          s["seqused_k"].cast<std::uintptr_t>(),    s["stream"].cast<std::uintptr_t>()};
+          s["scale"].cast<std::optional<double>>(), index(s, "seqstart_q"),
+          index(s, "seqstart_k"),                   index(s, "seqused_k"),
+          s["stream"].cast<std::uintptr_t>()};
 }
 
 // The workspace a CUDA call needs, from the caller's allocator: allocate(bytes) -> (pointer,

@@ -6,19 +6,13 @@
 // A query row with every key masked gives O = 0, LSE = -inf and zero gradients.
 //
 // Empty problems are valid: when B, Mq, Mk or Hq is 0 (with variable lengths: the packed rows of q
-// or of k), the call validates everything as usual and returns before any backend runs. A tensor
-// with zero elements may have a null data pointer (a null pointer is refused for any other tensor;
-// the backward's lse may be null where it has no elements). The results: every gradient is 0 and
-// every query row sees no key, so outputs that have elements are written as out = 0, LSE = -inf
-// (Mk = 0 with B, Mq, Hq > 0), dq = 0 (Mk = 0), dk = dv = 0 and dbias = 0 (Mq = 0 or Hq = 0);
-// outputs without elements are not touched. Hq = 0 is allowed with any Hk; Hk = 0 only with Hq = 0.
-// D = 0 or Dv = 0 is refused (invalid_argument naming q's D or v's Dv). On the CUDA backend, which
-// writes device memory only from its kernels: an empty problem whose outputs all have no elements
-// returns at once; Mk = 0 with B, Mq, Hq > 0 runs the kernels, which give the rows with no key
-// out 0, LSE -inf and dq 0 (there k, v, dk and dv need non-null pointers, else unsupported; a
-// dbias with elements, a bias broadcast over keys, is unsupported too); a backward with no query
-// whose dk, dv or dbias has elements (Mq = 0 or Hq = 0 with Mk > 0) is refused as unsupported.
-// An unsupported refusal writes nothing.
+// or of k, or no sequence), the call validates everything as usual and returns before any kernel
+// runs. A tensor with zero elements may have a null data pointer (a null pointer is refused for
+// any other tensor; the backward's lse may be null where it has no elements). The results, the
+// same on every backend: every gradient is 0 and every query row sees no key, so outputs that have
+// elements are written as out = 0, LSE = -inf, dq = dk = dv = dbias = 0 (on CUDA by a fill kernel
+// on the call's stream); outputs without elements are not touched. Hq = 0 is allowed with any Hk;
+// Hk = 0 only with Hq = 0. D = 0 or Dv = 0 is refused (invalid_argument naming q's D or v's Dv).
 //
 // Non-finite values propagate as in float64 math attention: a NaN score makes its row's out and
 // LSE NaN; a +inf score gives NaN (inf - inf in the softmax); scale must be finite. On the CPU, a

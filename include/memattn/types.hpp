@@ -73,19 +73,35 @@ struct Dropout {
   std::uint64_t offset = 0;  // must be < 2^32: it is one word of the Philox counter
 };
 
-// Variable-length batches over packed tensors (batch dimension 1). Enabled when seqstart_q is set.
-// Sequence b owns query rows [seqstart_q[b], seqstart_q[b+1]) and key rows starting at
-// seqstart_k[b]: seqused_k[b] of them when seqused_k is given, else seqstart_k[b+1] - seqstart_k[b].
-// The arrays live where the tensors live (host memory for the CPU, device memory for CUDA).
-// Bias, if any, is indexed [b, h, i, j] with i and j local to the sequence, so its shape is
-// broadcastable to [num_seqs, Hq, max_seqlen_q, max_seqlen_k].
-struct Varlen {
-  std::int64_t num_seqs = 0;
-  const std::int32_t* seqstart_q = nullptr;  // [num_seqs + 1]
-  const std::int32_t* seqstart_k = nullptr;  // [num_seqs + 1]
-  const std::int32_t* seqused_k = nullptr;   // optional, [num_seqs]
+// A 1-D view of int32 values: element i is data[i * stride] (stride in elements, >= 0). Absent
+// when data is null and size is 0.
+struct IndexRef {
+  const std::int32_t* data = nullptr;
+  std::int64_t size = 0;
+  std::int64_t stride = 1;
 
-  bool enabled() const { return seqstart_q != nullptr || seqstart_k != nullptr || num_seqs != 0; }
+  bool defined() const { return data != nullptr || size != 0; }
+};
+
+// A contiguous view of `size` values.
+inline IndexRef make_index(const std::int32_t* data, std::int64_t size) { return {data, size, 1}; }
+
+// Variable-length batches over packed tensors (batch dimension 1), enabled when any of the three
+// views is given; then both seqstarts are required. num_seqs = seqstart_q.size - 1 (0 is an empty
+// batch). Sequence b owns query rows [seqstart_q[b], seqstart_q[b+1]) and key rows starting at
+// seqstart_k[b]: seqused_k[b] of them when seqused_k is given, else seqstart_k[b+1] - seqstart_k[b].
+// Packed rows outside every sequence (before seqstart[0], from seqstart[num_seqs] on, and keys past
+// seqused_k) see nothing and are seen by nothing: out 0, LSE -inf and zero gradients there.
+// The arrays live where the tensors live (host memory for the CPU, device memory for CUDA, which
+// reads them contiguous: stride 1). Bias, if any, is indexed [b, h, i, j] with i and j local to
+// the sequence, so its shape is broadcastable to [num_seqs, Hq, max_seqlen_q, max_seqlen_k].
+struct Varlen {
+  IndexRef seqstart_q;  // [num_seqs + 1]
+  IndexRef seqstart_k;  // [num_seqs + 1]
+  IndexRef seqused_k;   // optional, [num_seqs]
+
+  bool enabled() const { return seqstart_q.defined() || seqstart_k.defined() || seqused_k.defined(); }
+  std::int64_t num_seqs() const { return seqstart_q.size - 1; }
 };
 
 }  // namespace memattn

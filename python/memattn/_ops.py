@@ -55,6 +55,11 @@ def _allocator(device):
     return allocate
 
 
+def _index(t):
+    """A variable-length array as the library takes it: (address, elements, stride)."""
+    return (0, 0, 1) if t is None else (t.data_ptr(), t.numel(), t.stride(0))
+
+
 def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k):
     seed, offset = (0, 0) if rng is None else (int(x) for x in rng.tolist())
     stream = _stream(q.device) if q.is_cuda else 0
@@ -62,10 +67,8 @@ def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, 
     backend = "cuda" if q.is_cuda else "reference" if q.dtype == torch.float64 else "cpu"
     return dict(backend=backend, window_left=window_left, window_right=window_right, bottom_right=bottom_right, dropout_p=dropout_p,
                 seed=seed, offset=offset, scale=scale,
-                num_seqs=0 if seqstart_q is None else seqstart_q.numel() - 1,
-                seqstart_q=0 if seqstart_q is None else seqstart_q.data_ptr(),
-                seqstart_k=0 if seqstart_k is None else seqstart_k.data_ptr(),
-                seqused_k=0 if seqused_k is None else seqused_k.data_ptr(), stream=stream,
+                seqstart_q=_index(seqstart_q), seqstart_k=_index(seqstart_k), seqused_k=_index(seqused_k),
+                stream=stream,
                 workspace=_allocator(q.device) if q.is_cuda else None)
 
 

@@ -60,14 +60,6 @@ Status run_reference(const BackwardArgs& args, const detail::Problem& p) {
   return Status::Ok();
 }
 
-// Empty problems (Problem::empty: B, Mq, Mk or Hq is 0) return here, before any backend runs.
-// Every gradient is 0 and a row that sees no key has out 0 and LSE -inf; an output with no elements
-// is not touched (its pointer may be null). On the host the outputs are written here. On the CUDA
-// backend writing device memory needs the stream, so: a problem whose outputs all have no elements
-// returns at once; Mk = 0 with B, Mq, Hq > 0 goes to the kernels, which handle a row with no key
-// (out 0, LSE -inf, dq 0; tests/support/cases.cpp's empty_keys); any other empty problem with an
-// output that has elements (the backward's dk, dv or dbias with Mq = 0 or Hq = 0) is refused as
-// unsupported, before anything is written.
 bool has_elements(const TensorRef& t) {
   if (!t.defined()) return false;
   for (int d = 0; d < t.rank; ++d)
@@ -75,9 +67,12 @@ bool has_elements(const TensorRef& t) {
   return true;
 }
 
-// Writes `value` into every element of a validated host tensor of rank 3 or 4.
-void fill_host(const TensorRef& t, double value) {
-  if (!has_elements(t)) return;
+// Writes `value` into every element of a validated tensor where the call's tensors live: on the
+// host here, on the GPU by a fill kernel on the call's stream. A tensor without elements is not
+// touched (its pointer may be null).
+Status fill(const TensorRef& t, double value, const detail::Problem& p, void* stream) {
+  if (!has_elements(t)) return Status::Ok();
+  if (p.backend == Backend::cuda) return cuda::fill(t, value, stream);
   std::int64_t idx[4] = {0, 0, 0, 0};
   for (;;) {
     std::int64_t off = 0;
@@ -85,65 +80,68 @@ void fill_host(const TensorRef& t, double value) {
     detail::store_double(t.data, t.dtype, off, value);
     int d = t.rank - 1;
     while (d >= 0 && ++idx[d] == t.sizes[d]) idx[d--] = 0;
-    if (d < 0) return;
+    if (d < 0) return Status::Ok();
   }
 }
 
-enum class EmptyRun { done, to_backend };
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// The one empty problem the CUDA backend is given: Mk = 0 (no key anywhere) with B, Mq, Hq > 0.
-bool cuda_runs_empty(const detail::Problem& p) {
-  return p.backend == Backend::cuda && p.batch > 0 && p.seqlen_q > 0 && p.heads_q > 0;
+// Empty problems (Problem::empty: B, Mq, Mk or Hq is 0, or no sequence) return here, before any
+// backend runs: every gradient is 0 and every query row sees no key (out 0, LSE -inf).
+Status finish_empty(const ForwardArgs& a, const detail::Problem& p) {
+  if (Status s = fill(a.out, 0.0, p, a.stream); !s.ok()) return s;
+  return fill(a.lse, kNegInf, p, a.stream);
 }
 
-// The kernels were only ever given real k and v pointers (descriptors are built from them), so a
-// null k or v (allowed for Mk = 0) is not handed to them.
-Status cuda_needs_kv(const TensorRef& k, const TensorRef& v) {
-  if (k.defined() && v.defined()) return Status::Ok();
-  return {StatusCode::unsupported,
-          std::string(k.defined() ? "v" : "k") +
-              ": data pointer is null; with Mk = 0 the CUDA backend still needs k and v pointers (any "
-              "address on the tensors' device) until it writes out = 0, LSE = -inf itself"};
-}
-
-Status finish_empty(const ForwardArgs& a, const detail::Problem& p, EmptyRun* run) {
-  *run = EmptyRun::done;
-  const bool outputs = has_elements(a.out) || has_elements(a.lse);
-  if (p.backend == Backend::cuda) {
-    if (!outputs || !cuda_runs_empty(p)) return Status::Ok();
-    *run = EmptyRun::to_backend;  // only Mk = 0 leaves outputs with elements
-    return cuda_needs_kv(a.k, a.v);
-  }
-  fill_host(a.out, 0.0);
-  fill_host(a.lse, -std::numeric_limits<double>::infinity());
+Status finish_empty(const BackwardArgs& a, const detail::Problem& p) {
+  for (const TensorRef* g : {&a.dq, &a.dk, &a.dv, &a.dbias})
+    if (Status s = fill(*g, 0.0, p, a.stream); !s.ok()) return s;
   return Status::Ok();
 }
 
-Status finish_empty(const BackwardArgs& a, const detail::Problem& p, EmptyRun* run) {
-  *run = EmptyRun::done;
-  const TensorRef* grads[] = {&a.dq, &a.dk, &a.dv, &a.dbias};
-  if (p.backend == Backend::cuda) {
-    if (has_elements(a.dk) || has_elements(a.dv) || has_elements(a.dbias))
-      return {StatusCode::unsupported,
-              "empty problem (B = " + std::to_string(p.batch) + ", Mq = " + std::to_string(p.seqlen_q) +
-                  ", Mk = " + std::to_string(p.seqlen_k) + ", Hq = " + std::to_string(p.heads_q) +
-                  "): the CUDA backend cannot yet zero-fill dk, dv or dbias of an empty problem (they are all 0); " +
-                  "nothing was written"};
-    if (!has_elements(a.dq) || !cuda_runs_empty(p)) return Status::Ok();
-    *run = EmptyRun::to_backend;  // Mk = 0: the kernels write dq = 0
-    if (!a.dk.defined() || !a.dv.defined())
-      return {StatusCode::unsupported, std::string(a.dk.defined() ? "dv" : "dk") +
-                                           ": data pointer is null; with Mk = 0 the CUDA backend still needs it"};
-    return cuda_needs_kv(a.k, a.v);
-  }
-  for (const TensorRef* g : grads) fill_host(*g, 0.0);
-  return Status::Ok();
+// Rows [begin, end) of dimension `dim` of a tensor.
+TensorRef rows(const TensorRef& t, int dim, std::int64_t begin, std::int64_t end) {
+  TensorRef r = t;
+  if (t.data != nullptr)
+    r.data = static_cast<char*>(t.data) + begin * t.strides[dim] * std::int64_t(dtype_size(t.dtype));
+  r.sizes[dim] = end - begin;
+  return r;
+}
+
+// With variable lengths, the packed rows before the first sequence and from the end of the last
+// one on belong to no sequence: no backend visits them. (Keys past seqused_k inside a sequence
+// are the backends' own: they zero those gradients.) `starts` is a validated seqstart.
+template <class F>
+Status for_uncovered(const std::vector<std::int32_t>& starts, std::int64_t total, F&& f) {
+  if (Status s = f(std::int64_t(0), std::int64_t(starts.front())); !s.ok()) return s;
+  return f(std::int64_t(starts.back()), total);
+}
+
+Status finish_uncovered(const ForwardArgs& a, const detail::Problem& p) {
+  if (!p.varlen) return Status::Ok();
+  return for_uncovered(p.seqstart_q, a.q.sizes[1], [&](std::int64_t begin, std::int64_t end) {
+    if (begin >= end) return Status::Ok();
+    if (Status s = fill(rows(a.out, 1, begin, end), 0.0, p, a.stream); !s.ok()) return s;
+    return a.lse.defined() ? fill(rows(a.lse, 2, begin, end), kNegInf, p, a.stream) : Status::Ok();
+  });
+}
+
+Status finish_uncovered(const BackwardArgs& a, const detail::Problem& p) {
+  if (!p.varlen) return Status::Ok();
+  const auto zero = [&](const TensorRef& t) {
+    return [&](std::int64_t begin, std::int64_t end) {
+      return begin < end ? fill(rows(t, 1, begin, end), 0.0, p, a.stream) : Status::Ok();
+    };
+  };
+  if (Status s = for_uncovered(p.seqstart_q, a.q.sizes[1], zero(a.dq)); !s.ok()) return s;
+  if (Status s = for_uncovered(p.seqstart_k, a.k.sizes[1], zero(a.dk)); !s.ok()) return s;
+  return for_uncovered(p.seqstart_k, a.k.sizes[1], zero(a.dv));
 }
 
 template <class Args>
 Status workspace_size(const Args& args, const detail::Problem& p, std::size_t* bytes) {
   *bytes = 0;
-  if (p.empty && !cuda_runs_empty(p)) return Status::Ok();
+  if (p.empty) return Status::Ok();
   if (p.backend == Backend::cuda) return cuda::workspace_size(args, p, bytes);
   return Status::Ok();  // the CPU paths allocate their own scratch
 }
@@ -177,37 +175,37 @@ Status forward(const ForwardArgs& args) {
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   // The alignment here; the size where the plan is made (cuda::forward), not twice per call.
   if (Status s = detail::check_workspace(args, 0); !s.ok()) return s;
-  if (p.empty) {
-    EmptyRun run;
-    if (Status s = finish_empty(args, p, &run); !s.ok() || run == EmptyRun::done) return s;
-  }
+  if (p.empty) return finish_empty(args, p);
+  Status s;
   switch (p.backend) {
-    case Backend::reference: return run_reference(args);
-    case Backend::cuda: return cuda::forward(args, p);
-    default: return cpu::forward(args, p);
+    case Backend::reference: s = run_reference(args); break;
+    case Backend::cuda: s = cuda::forward(args, p); break;
+    default: s = cpu::forward(args, p);
   }
+  if (!s.ok()) return s;
+  return finish_uncovered(args, p);
 }
 
 Status backward(const BackwardArgs& args) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   if (Status s = detail::check_workspace(args, 0); !s.ok()) return s;
-  if (p.empty) {
-    EmptyRun run;
-    if (Status s = finish_empty(args, p, &run); !s.ok() || run == EmptyRun::done) return s;
-  }
+  if (p.empty) return finish_empty(args, p);
+  Status s;
   switch (p.backend) {
-    case Backend::reference: return run_reference(args, p);
-    case Backend::cuda: return cuda::backward(args, p);
-    default: return cpu::backward(args, p);
+    case Backend::reference: s = run_reference(args, p); break;
+    case Backend::cuda: s = cuda::backward(args, p); break;
+    default: s = cpu::backward(args, p);
   }
+  if (!s.ok()) return s;
+  return finish_uncovered(args, p);
 }
 
 Status describe_plan(const ForwardArgs& args, std::string* plan) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
-  if (p.empty && !cuda_runs_empty(p)) {
-    *plan = "empty problem (B, Mq, Mk or Hq is 0): returns at once with zero-filled outputs";
+  if (p.empty) {
+    *plan = "empty problem (B, Mq, Mk or Hq is 0, or no sequence): returns at once with filled outputs";
     return Status::Ok();
   }
   switch (p.backend) {
@@ -220,8 +218,8 @@ Status describe_plan(const ForwardArgs& args, std::string* plan) {
 Status describe_plan(const BackwardArgs& args, std::string* plan) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
-  if (p.empty && !cuda_runs_empty(p)) {
-    *plan = "empty problem (B, Mq, Mk or Hq is 0): returns at once with zero-filled outputs";
+  if (p.empty) {
+    *plan = "empty problem (B, Mq, Mk or Hq is 0, or no sequence): returns at once with filled outputs";
     return Status::Ok();
   }
   switch (p.backend) {

@@ -174,23 +174,74 @@ Status check_locations(const std::vector<NamedPointer>& pointers, Backend reques
   return Status::Ok();
 }
 
+// The structure of a variable-length description, before any value is read: both seqstarts
+// present with num_seqs + 1 elements each, seqused_k absent or with num_seqs, pointers set where
+// there are elements, strides that the backend can read.
+Status check_index(const IndexRef& x, const char* name, std::int64_t want, const char* rule) {
+  if (x.size != want)
+    return invalid(std::string(name) + ": has " + std::to_string(x.size) + " elements; it must have " +
+                   std::to_string(want) + " (" + rule + ")");
+  if (x.data == nullptr && x.size > 0)
+    return invalid(std::string(name) + ": data pointer is null with " + std::to_string(x.size) + " elements");
+  std::int64_t span = 0;
+  if (x.stride < 0)
+    return invalid(std::string(name) + ": stride " + std::to_string(x.stride) + " is negative");
+  if (x.size > 0 && (mul_overflows(x.size - 1, x.stride, &span) || span > kInt64Max / 4))
+    return invalid(std::string(name) + ": size " + std::to_string(x.size) + " with stride " +
+                   std::to_string(x.stride) + " overflows a 64-bit byte offset");
+  return Status::Ok();
+}
+
+Status check_varlen_structure(const Varlen& vl) {
+  if (!vl.seqstart_q.defined())
+    return invalid(std::string("varlen.seqstart_q: is missing, but ") +
+                   (vl.seqstart_k.defined() ? "varlen.seqstart_k" : "varlen.seqused_k") +
+                   " is given; variable lengths need both seqstart_q and seqstart_k");
+  if (vl.seqstart_q.size < 1)
+    return invalid("varlen.seqstart_q: has " + std::to_string(vl.seqstart_q.size) +
+                   " elements; it must have num_seqs + 1 >= 1 (the start of every sequence and the end of the last)");
+  const std::int64_t n = vl.num_seqs();
+  if (n > std::numeric_limits<std::int32_t>::max())
+    return invalid("varlen.seqstart_q: " + std::to_string(n) + " sequences exceed 2^31 - 1");
+  if (Status s = check_index(vl.seqstart_q, "varlen.seqstart_q", n + 1, "num_seqs + 1"); !s.ok()) return s;
+  if (!vl.seqstart_k.defined())
+    return invalid("varlen.seqstart_k: is missing; variable lengths need both seqstart_q and seqstart_k");
+  if (Status s = check_index(vl.seqstart_k, "varlen.seqstart_k", n + 1,
+                             "num_seqs + 1, like varlen.seqstart_q");
+      !s.ok())
+    return s;
+  if (vl.seqused_k.defined())
+    if (Status s = check_index(vl.seqused_k, "varlen.seqused_k", n,
+                               "num_seqs = varlen.seqstart_q's size - 1, one per sequence");
+        !s.ok())
+      return s;
+  return Status::Ok();
+}
+
+// Copies a validated int32 view into host memory. The CUDA backend's kernels read the arrays
+// themselves, contiguous; on the host any stride is read through.
+Status copy_index(const IndexRef& x, const char* name, Location where, std::vector<std::int32_t>* out) {
+  out->resize(std::size_t(x.size));
+  if (x.size == 0) return Status::Ok();
+  if (where == Location::device) {
+    if (x.size > 1 && x.stride != 1)
+      return invalid(std::string(name) + ": stride " + std::to_string(x.stride) +
+                     "; the CUDA backend reads these arrays contiguous (stride 1)");
+    return copy_to_host(out->data(), x.data, std::size_t(x.size) * 4, where);
+  }
+  for (std::int64_t i = 0; i < x.size; ++i) (*out)[std::size_t(i)] = x.data[i * x.stride];
+  return Status::Ok();
+}
+
 Status read_varlen(const Varlen& vl, Location where, std::int64_t total_q, std::int64_t total_k,
                    Problem* p) {
-  if (vl.num_seqs < 1)
-    return invalid("varlen.num_seqs: must be >= 1 when variable lengths are used, got " +
-                   std::to_string(vl.num_seqs));
-  if (vl.num_seqs > std::numeric_limits<std::int32_t>::max())
-    return invalid("varlen.num_seqs: too large");
-  if (!vl.seqstart_q) return invalid("varlen.seqstart_q: is null while variable lengths are used");
-  if (!vl.seqstart_k) return invalid("varlen.seqstart_k: is null while variable lengths are used");
-  const std::size_t n = std::size_t(vl.num_seqs);
-  p->seqstart_q.resize(n + 1);
-  p->seqstart_k.resize(n + 1);
-  p->seqlen_k_used.resize(n);
-  if (Status s = copy_to_host(p->seqstart_q.data(), vl.seqstart_q, (n + 1) * 4, where); !s.ok()) return s;
-  if (Status s = copy_to_host(p->seqstart_k.data(), vl.seqstart_k, (n + 1) * 4, where); !s.ok()) return s;
-  if (vl.seqused_k) {
-    if (Status s = copy_to_host(p->seqlen_k_used.data(), vl.seqused_k, n * 4, where); !s.ok()) return s;
+  const std::size_t n = std::size_t(vl.num_seqs());
+  if (Status s = copy_index(vl.seqstart_q, "varlen.seqstart_q", where, &p->seqstart_q); !s.ok()) return s;
+  if (Status s = copy_index(vl.seqstart_k, "varlen.seqstart_k", where, &p->seqstart_k); !s.ok()) return s;
+  if (vl.seqused_k.defined()) {
+    if (Status s = copy_index(vl.seqused_k, "varlen.seqused_k", where, &p->seqlen_k_used); !s.ok()) return s;
+  } else {
+    p->seqlen_k_used.resize(n);
   }
   const auto check_starts = [&](const std::vector<std::int32_t>& st, const char* name,
                                 std::int64_t total) -> Status {
@@ -212,11 +263,11 @@ Status read_varlen(const Varlen& vl, Location where, std::int64_t total_q, std::
   p->seqlen_k = 0;
   for (std::size_t b = 0; b < n; ++b) {
     const std::int32_t klen = p->seqstart_k[b + 1] - p->seqstart_k[b];
-    if (vl.seqused_k) {
+    if (vl.seqused_k.defined()) {
       if (p->seqlen_k_used[b] < 0 || p->seqlen_k_used[b] > klen)
         return invalid("varlen.seqused_k[" + std::to_string(b) + "] = " +
                        std::to_string(p->seqlen_k_used[b]) + " is outside [0, " +
-                       std::to_string(klen) + "]");
+                       std::to_string(klen) + "] (the keys seqstart_k gives sequence " + std::to_string(b) + ")");
     } else {
       p->seqlen_k_used[b] = klen;
     }
@@ -263,20 +314,22 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
     if (q.sizes[0] != 1)
       return invalid("q: with variable lengths the batch dimension must be 1 (packed), got " +
                      std::to_string(q.sizes[0]));
-    pointers.push_back({"varlen.seqstart_q", vl.seqstart_q});
-    pointers.push_back({"varlen.seqstart_k", vl.seqstart_k});
-    pointers.push_back({"varlen.seqused_k", vl.seqused_k});
+    if (Status s = check_varlen_structure(vl); !s.ok()) return s;
+    pointers.push_back({"varlen.seqstart_q", vl.seqstart_q.data});
+    pointers.push_back({"varlen.seqstart_k", vl.seqstart_k.data});
+    pointers.push_back({"varlen.seqused_k", vl.seqused_k.data});
   } else {
     p->batch = q.sizes[0];
     p->seqlen_q = q.sizes[1];
     p->seqlen_k = k.sizes[1];
   }
   // Empty: no (query, key) pair at all. Validation goes on in full; api.cpp returns at once.
-  p->empty = q.sizes[0] == 0 || q.sizes[1] == 0 || k.sizes[1] == 0 || p->heads_q == 0;
+  p->empty = q.sizes[0] == 0 || q.sizes[1] == 0 || k.sizes[1] == 0 || p->heads_q == 0 ||
+             (p->varlen && vl.num_seqs() == 0);
   pointers.push_back({"workspace", opt.workspace});
   if (Status s = check_locations(pointers, opt.backend, q.dtype, p); !s.ok()) return s;
   if (p->varlen) {
-    p->batch = vl.num_seqs;
+    p->batch = vl.num_seqs();
     const Location where = p->backend == Backend::cuda ? Location::device : Location::host;
     if (Status s = read_varlen(vl, where, q.sizes[1], k.sizes[1], p); !s.ok()) return s;
   }
@@ -314,8 +367,12 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
     return invalid("mask.window_right: must be >= 0 or kUnbounded, got " + std::to_string(m.window_right));
   if (m.alignment != Alignment::top_left && m.alignment != Alignment::bottom_right)
     return invalid("mask.alignment: unknown value " + std::to_string(int(m.alignment)));
-  p->window_left = m.window_left;
-  p->window_right = m.window_right;
+  // A window side of Mq + Mk or more limits nothing (the diagonal stays within Mk - 1 + Mq - 1 of
+  // every key), so it is unbounded: later arithmetic on window bounds cannot overflow.
+  std::int64_t reach = 0;
+  if (__builtin_add_overflow(p->seqlen_q, p->seqlen_k, &reach)) reach = kInt64Max;
+  p->window_left = m.window_left >= reach ? kUnbounded : m.window_left;
+  p->window_right = m.window_right >= reach ? kUnbounded : m.window_right;
   p->bottom_right = m.alignment == Alignment::bottom_right;
 
   const Dropout& dr = opt.dropout;

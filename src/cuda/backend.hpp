@@ -25,6 +25,10 @@ Status workspace_size(const BackwardArgs& args, const detail::Problem& problem, 
 Status forward(const ForwardArgs& args, const detail::Problem& problem);
 Status backward(const BackwardArgs& args, const detail::Problem& problem);
 
+// Writes `value` into every element of a validated view of device memory, on `stream`
+// (cudaStream_t): the outputs no kernel reaches.
+Status fill(const TensorRef& view, double value, void* stream);
+
 Status describe_forward(const ForwardArgs& args, const detail::Problem& problem, std::string* plan);
 Status describe_backward(const BackwardArgs& args, const detail::Problem& problem, std::string* plan);
 

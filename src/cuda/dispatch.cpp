@@ -51,9 +51,9 @@ FwdParams forward_params(const Args& a, const detail::Problem& p, int block_m) {
   f.seqlen_q = p.seqlen_q;
   f.seqlen_k = p.seqlen_k;
   if (p.varlen) {
-    f.seqstart_q = a.varlen.seqstart_q;
-    f.seqstart_k = a.varlen.seqstart_k;
-    f.seqused_k = a.varlen.seqused_k;
+    f.seqstart_q = a.varlen.seqstart_q.data;
+    f.seqstart_k = a.varlen.seqstart_k.data;
+    f.seqused_k = a.varlen.seqused_k.data;
   }
   f.scale = float(p.scale);
   f.scale_log2 = float(p.scale * kLog2e);

@@ -37,6 +37,7 @@ Status workspace_size(const ForwardArgs&, const detail::Problem&, std::size_t*) 
 Status workspace_size(const BackwardArgs&, const detail::Problem&, std::size_t*) { return missing(); }
 Status forward(const ForwardArgs&, const detail::Problem&) { return missing(); }
 Status backward(const BackwardArgs&, const detail::Problem&) { return missing(); }
+Status fill(const TensorRef&, double, void*) { return missing(); }
 Status describe_forward(const ForwardArgs&, const detail::Problem&, std::string*) { return missing(); }
 Status describe_backward(const BackwardArgs&, const detail::Problem&, std::string*) { return missing(); }
 

@@ -1,9 +1,14 @@
-// Issue 30 #8, #9 and #14 (the library's part): empty problems are valid and return at once with
-// defined outputs, null data pointers are allowed for tensors with zero elements, D = 0 is refused
-// by name, and non-finite inputs propagate as float64 math attention does (no crash).
+// Defined results at the legal edges (issue 30 #1, #6, #8, #9, #14, the library's part): empty
+// problems return at once with defined outputs, null data pointers are allowed for tensors with
+// zero elements, D = 0 is refused by name, packed rows outside every sequence give out 0, LSE -inf
+// and zero gradients, windows of any size are exact, and non-finite inputs propagate as float64
+// math attention does (no crash).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <tuple>
+#include <utility>
 #include <limits>
 #include <string>
 #include <vector>
@@ -223,6 +228,110 @@ TEST(NonFinite, CpuForwardWithHugeScale) {
     if (std::isnan(ref.out.data[i])) EXPECT_TRUE(std::isnan(cpu.out.data[i])) << i;
     else if (!std::isnan(cpu.out.data[i])) EXPECT_NEAR(cpu.out.data[i], ref.out.data[i], 1e-5) << i;
   }
+}
+
+// Inputs with distinct, small values (no ties), so that the CPU path and the reference agree to
+// float32 rounding.
+void fill_inputs(Bwd* b) {
+  for (std::size_t i = 0; i < b->q.data.size(); ++i) b->q.data[i] = 0.1f * float(i % 7) - 0.3f;
+  for (std::size_t i = 0; i < b->k.data.size(); ++i) b->k.data[i] = 0.05f * float(i % 11) - 0.2f;
+  for (std::size_t i = 0; i < b->v.data.size(); ++i) b->v.data[i] = 0.2f * float(i % 3) - 0.2f;
+  for (std::size_t i = 0; i < b->dout.data.size(); ++i) b->dout.data[i] = 0.3f * float(i % 5) - 0.5f;
+}
+
+// Runs the forward (into b's out and lse) and then the backward on `be`, with variable lengths.
+void run_varlen(Bwd* b, Backend be, const Varlen& vl, Mask mask = Mask::none()) {
+  Fwd f(Shape{1, b->q.ref.sizes[1], b->k.ref.sizes[1], b->q.ref.sizes[2], b->k.ref.sizes[2], b->q.ref.sizes[3],
+              b->v.ref.sizes[3]});
+  f.q = b->q, f.k = b->k, f.v = b->v;
+  f.q.ref.data = f.q.data.data(), f.k.ref.data = f.k.data.data(), f.v.ref.data = f.v.data.data();
+  ForwardArgs fa = f.args(be);
+  fa.varlen = vl, fa.mask = mask;
+  fa.out = b->out.ref, fa.lse = b->lse.ref;
+  const Status sf = forward(fa);
+  ASSERT_TRUE(sf.ok()) << sf.to_string();
+  BackwardArgs ba = b->args(be);
+  ba.varlen = vl, ba.mask = mask;
+  const Status sb = backward(ba);
+  ASSERT_TRUE(sb.ok()) << sb.to_string();
+}
+
+// Rows [begin, end) of a [1, M, H, D] (or [1, H, M] when `lse`) host tensor, all equal to `want`.
+void expect_rows(const Host& t, std::int64_t begin, std::int64_t end, float want, const char* what, bool lse = false) {
+  const TensorRef& r = t.ref;
+  for (std::int64_t i = begin; i < end; ++i)
+    for (std::int64_t h = 0; h < r.sizes[lse ? 1 : 2]; ++h)
+      for (std::int64_t d = 0; d < (lse ? 1 : r.sizes[3]); ++d) {
+        const std::int64_t off = lse ? h * r.strides[1] + i * r.strides[2] : i * r.strides[1] + h * r.strides[2] + d;
+        ASSERT_EQ(t.data[std::size_t(off)], want) << what << " row " << i << " head " << h << " col " << d;
+      }
+}
+
+// #1: q has 10 packed rows and k 11, but the sequences cover query rows 2..6 and keys 1..8. The
+// rows outside (the outputs were poisoned with NaN) get out 0, LSE -inf and zero gradients, and
+// the covered rows match between the CPU path and the float64 reference.
+TEST(VarlenEdges, RowsOutsideEverySequence) {
+  const Shape s{1, 10, 11, 2, 1, 8, 8};
+  static std::int32_t starts_q[3] = {2, 3, 7}, starts_k[3] = {1, 4, 9};
+  const Varlen vl{make_index(starts_q, 3), make_index(starts_k, 3), {}};
+  Bwd cpu(s), ref(s);
+  for (Bwd* b : {&cpu, &ref}) fill_inputs(b);
+  run_varlen(&cpu, Backend::cpu, vl);
+  run_varlen(&ref, Backend::reference, vl);
+  for (Bwd* b : {&cpu, &ref}) {
+    for (auto [begin, end] : {std::pair{0, 2}, std::pair{7, 10}}) {
+      expect_rows(b->out, begin, end, 0.0f, "out");
+      expect_rows(b->lse, begin, end, -kInf, "lse", true);
+      expect_rows(b->dq, begin, end, 0.0f, "dq");
+    }
+    for (auto [begin, end] : {std::pair{0, 1}, std::pair{9, 11}}) {
+      expect_rows(b->dk, begin, end, 0.0f, "dk");
+      expect_rows(b->dv, begin, end, 0.0f, "dv");
+    }
+  }
+  for (const auto& [c, r, what] : {std::tuple{&cpu.out, &ref.out, "out"}, std::tuple{&cpu.dq, &ref.dq, "dq"},
+                                   std::tuple{&cpu.dk, &ref.dk, "dk"}, std::tuple{&cpu.dv, &ref.dv, "dv"}})
+    for (std::size_t i = 0; i < c->data.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(c->data[i])) << what << "[" << i << "]";
+      ASSERT_NEAR(c->data[i], r->data[i], 1e-5) << what << "[" << i << "]";
+    }
+}
+
+// #3: seqstarts of one element describe no sequence: every packed row is outside, as above.
+TEST(VarlenEdges, NoSequence) {
+  const Shape s{1, 4, 5, 2, 2, 8, 8};
+  static std::int32_t zero[1] = {0};
+  const Varlen vl{make_index(zero, 1), make_index(zero, 1), {}};
+  for (Backend be : kHostBackends) {
+    Bwd b(s);
+    fill_inputs(&b);
+    run_varlen(&b, be, vl);
+    expect_all(b.out.data, 0.0f, "out");
+    expect_all(b.lse.data, -kInf, "lse");
+    for (const Host* g : {&b.dq, &b.dk, &b.dv}) expect_all(g->data, 0.0f, "gradient");
+  }
+}
+
+// #6: window sides far beyond the sequences (up to INT64_MAX - 1; -1 is kUnbounded) limit nothing:
+// the results are bit-identical to the unbounded mask on that side, with no overflow on the way.
+TEST(VarlenEdges, HugeWindowsLimitNothing) {
+  const Shape s{1, 9, 13, 2, 1, 8, 8};
+  static std::int32_t starts_q[3] = {0, 4, 9}, starts_k[3] = {0, 6, 13};
+  const Varlen vl{make_index(starts_q, 3), make_index(starts_k, 3), {}};
+  constexpr std::int64_t kHuge = std::numeric_limits<std::int64_t>::max() - 1;
+  for (Alignment al : {Alignment::top_left, Alignment::bottom_right})
+    for (auto [huge, plain] : {std::pair{Mask::window(kHuge, 0, al), Mask::causal(al)},
+                               std::pair{Mask::window(kHuge, kHuge, al), Mask::none()},
+                               std::pair{Mask::window(2, kHuge, al), Mask::window(2, kUnbounded, al)}}) {
+      plain.alignment = al;
+      Bwd a(s), b(s);
+      fill_inputs(&a), fill_inputs(&b);
+      run_varlen(&a, Backend::cpu, vl, huge);
+      run_varlen(&b, Backend::cpu, vl, plain);
+      for (const auto& [x, y] : {std::pair{&a.out, &b.out}, std::pair{&a.lse, &b.lse}, std::pair{&a.dq, &b.dq},
+                                 std::pair{&a.dk, &b.dk}, std::pair{&a.dv, &b.dv}})
+        ASSERT_EQ(0, std::memcmp(x->data.data(), y->data.data(), x->data.size() * sizeof(float)));
+    }
 }
 
 }  // namespace

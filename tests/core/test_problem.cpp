@@ -181,25 +181,57 @@ TEST(Validation, VarlenSeqstarts) {
   static std::int32_t negative[4] = {-1, 3, 3, 8};
   static std::int32_t used[3] = {4, 3, 1};
   const auto spec = varlen_spec();
-  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_q = descending; }, nullptr, "non-decreasing",
+  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_q.data = descending; }, nullptr, "non-decreasing",
                   StatusCode::invalid_argument, spec);
-  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_k = too_long; }, nullptr, "exceeds",
+  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_k.data = too_long; }, nullptr, "exceeds",
                   StatusCode::invalid_argument, spec);
-  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_q = negative; }, nullptr, "negative",
+  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_q.data = negative; }, nullptr, "negative",
                   StatusCode::invalid_argument, spec);
-  expect_rejected(nullptr, [](BackwardArgs& a) { a.varlen.seqused_k = used; }, "varlen.seqused_k[1]",
+  expect_rejected(nullptr, [](BackwardArgs& a) { a.varlen.seqused_k = make_index(used, 3); }, "varlen.seqused_k[1]",
                   StatusCode::invalid_argument, spec);
-  expect_rejected([](ForwardArgs& a) { a.varlen.seqstart_k = nullptr; }, nullptr, "varlen.seqstart_k",
-                  StatusCode::invalid_argument, spec);
-  expect_rejected([](ForwardArgs& a) { a.varlen.num_seqs = 0; }, nullptr, "varlen.num_seqs",
-                  StatusCode::invalid_argument, spec);
+}
+
+// Table row #2 and #3 of the hostile-input issue: a description with a missing, short or unreadable
+// array was read as raw memory, or silently ignored (seqused_k alone).
+TEST(Validation, VarlenDescriptionsComplete) {
+  static std::int32_t starts[4] = {0, 3, 3, 8};
+  static std::int32_t used[3] = {1, 1, 1};
+  const auto spec = varlen_spec();
+  const auto reject = [&](std::function<void(ForwardArgs&)> f, const char* needle) {
+    expect_rejected(f, nullptr, needle, StatusCode::invalid_argument, spec);
+  };
+  reject([](ForwardArgs& a) { a.varlen.seqstart_k = {}; }, "varlen.seqstart_k: is missing");
+  reject([](ForwardArgs& a) { a.varlen.seqstart_q = {}; }, "varlen.seqstart_q: is missing, but varlen.seqstart_k");
+  reject([](ForwardArgs& a) { a.varlen = {}, a.varlen.seqused_k = make_index(used, 3); },
+         "varlen.seqstart_q: is missing, but varlen.seqused_k");
+  reject([](ForwardArgs& a) { a.varlen.seqstart_k.size = 3; }, "varlen.seqstart_k: has 3 elements; it must have 4");
+  reject([](ForwardArgs& a) { a.varlen.seqstart_q.size = 0; }, "varlen.seqstart_q: has 0 elements");
+  reject([](ForwardArgs& a) { a.varlen.seqused_k = make_index(used, 2); }, "varlen.seqused_k: has 2 elements; it must have 3");
+  reject([](ForwardArgs& a) { a.varlen.seqstart_q.data = nullptr; }, "varlen.seqstart_q: data pointer is null");
+  reject([](ForwardArgs& a) { a.varlen.seqstart_q.stride = -1; }, "varlen.seqstart_q: stride -1 is negative");
+  reject([](ForwardArgs& a) { a.varlen.seqstart_q = {starts, 4, std::int64_t(1) << 62}; }, "overflows");
+}
+
+// A strided seqstart is read through its stride on the host (the CUDA backend asks for stride 1).
+TEST(Validation, VarlenStridedSeqstartIsReadThroughItsStride) {
+  auto spec = varlen_spec();
+  tools::Workload w(spec);
+  w.fill_inputs(next_seed());
+  ForwardArgs a = w.forward_args();
+  std::vector<std::int32_t> spread(2 * std::size_t(a.varlen.seqstart_q.size));
+  for (std::int64_t i = 0; i < a.varlen.seqstart_q.size; ++i) spread[std::size_t(2 * i)] = a.varlen.seqstart_q.data[i];
+  detail::Problem contiguous, strided;
+  ASSERT_TRUE(detail::build_problem(a, &contiguous).ok());
+  a.varlen.seqstart_q = {spread.data(), a.varlen.seqstart_q.size, 2};
+  ASSERT_TRUE(detail::build_problem(a, &strided).ok());
+  EXPECT_EQ(contiguous.seqstart_q, strided.seqstart_q);
 }
 
 TEST(Validation, VarlenNeedsPackedBatch) {
   expect_rejected(
       [](ForwardArgs& a) {
         static std::int32_t starts[3] = {0, 4, 9};
-        a.varlen = Varlen{2, starts, starts, nullptr};
+        a.varlen = Varlen{make_index(starts, 3), make_index(starts, 3), {}};
       },
       nullptr, "batch dimension must be 1");
 }

@@ -64,6 +64,7 @@ std::vector<NamedCase> feature_cases(DType dtype, Backend backend) {
       {"d1000", problem_shape(1, 20, 30, 1, 1, 1000, 1000)},
       {"mqa", problem_shape(2, 40, 70, 8, 1, 16, 16)},
       {"empty_keys", problem_shape(1, 9, 0, 2, 2, 16, 16)},
+      {"empty_queries", with_bias(problem_shape(2, 0, 9, 2, 2, 16, 16), BiasKind::dense)},
       // Masks; bottom-right with Mq > Mk leaves the first rows fully masked.
       {"causal_tl", with_mask(problem_shape(1, 100, 77, 2, 2, 32, 32), kUnbounded, 0, TL)},
       {"causal_br_fully_masked_rows", with_mask(problem_shape(1, 100, 77, 2, 2, 32, 32), kUnbounded, 0, BR)},
@@ -89,6 +90,13 @@ std::vector<NamedCase> feature_cases(DType dtype, Backend backend) {
       {"varlen", varlen({5, 0, 70, 33}, {8, 12, 0, 64})},
       {"varlen_causal_br", with_mask(varlen({5, 30, 70}, {8, 12, 64}), kUnbounded, 0, BR)},
       {"varlen_seqused_k", [] { auto s = varlen({5, 30, 70}, {8, 12, 64}); s.seqused_k = {6, 12, 40}; return s; }()},
+      // Packed rows before the first sequence and after the last: out 0, LSE -inf, zero gradients.
+      {"varlen_rows_outside", [] {
+         auto s = with_bias(varlen({5, 30, 70}, {8, 12, 64}), BiasKind::dense);
+         s.varlen_outside = 7;
+         s.seqused_k = {6, 12, 40};
+         return s;
+       }()},
       {"varlen_bias_dropout_gqa", [] {
          auto s = with_bias(varlen({17, 1, 40}, {20, 33, 9}), BiasKind::dense);
          s.heads_q = 4;

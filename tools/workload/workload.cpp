@@ -82,6 +82,7 @@ std::string ProblemSpec::describe() const {
     for (std::size_t b = 0; b < varlen_k.size(); ++b) s << (b ? "," : "") << varlen_k[b];
     s << "]";
     if (!seqused_k.empty()) s << " seqused_k";
+    if (varlen_outside > 0) s << " outside=" << varlen_outside;
   } else {
     s << " Mq=" << seqlen_q << " Mk=" << seqlen_k;
   }
@@ -181,7 +182,7 @@ bool workload_bytes(const ProblemSpec& s, std::int64_t* bytes) {
   const std::int64_t B = s.varlen() ? 1 : s.batch;
   std::int64_t Mq = s.seqlen_q, Mk = s.seqlen_k;
   if (s.varlen()) {
-    Mq = Mk = 0;
+    Mq = Mk = 2 * std::int64_t(s.varlen_outside);
     for (std::int32_t n : s.varlen_q)
       if (!checked_add(Mq, n, &Mq)) return false;
     for (std::int32_t n : s.varlen_k)
@@ -221,13 +222,13 @@ Workload::Workload(const ProblemSpec& spec) : spec_(spec) {
   const std::int64_t B = s.varlen() ? 1 : s.batch;
   std::int64_t Mq = s.seqlen_q, Mk = s.seqlen_k;
   if (s.varlen()) {
-    seqstart_q_.assign(1, 0);
-    seqstart_k_.assign(1, 0);
+    seqstart_q_.assign(1, s.varlen_outside);
+    seqstart_k_.assign(1, s.varlen_outside);
     for (std::int32_t n : s.varlen_q) seqstart_q_.push_back(seqstart_q_.back() + n);
     for (std::int32_t n : s.varlen_k) seqstart_k_.push_back(seqstart_k_.back() + n);
     seqused_k_ = s.seqused_k;
-    Mq = seqstart_q_.back();
-    Mk = seqstart_k_.back();
+    Mq = seqstart_q_.back() + s.varlen_outside;
+    Mk = seqstart_k_.back() + s.varlen_outside;
   }
   const DType dt = s.dtype;
   host(Tensor::q) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim}, P);
@@ -292,11 +293,11 @@ ForwardArgs Workload::make_forward_args(Memory memory) const {
     a.workspace_bytes = device_->workspace_bytes;
   }
   if (spec_.varlen()) {
-    a.varlen.num_seqs = spec_.num_seqs();
     const bool dev = device && device_;
-    a.varlen.seqstart_q = dev ? device_->seqstart_q() : seqstart_q_.data();
-    a.varlen.seqstart_k = dev ? device_->seqstart_k() : seqstart_k_.data();
-    if (!seqused_k_.empty()) a.varlen.seqused_k = dev ? device_->seqused_k() : seqused_k_.data();
+    const std::int64_t n = spec_.num_seqs();
+    a.varlen.seqstart_q = make_index(dev ? device_->seqstart_q() : seqstart_q_.data(), n + 1);
+    a.varlen.seqstart_k = make_index(dev ? device_->seqstart_k() : seqstart_k_.data(), n + 1);
+    if (!seqused_k_.empty()) a.varlen.seqused_k = make_index(dev ? device_->seqused_k() : seqused_k_.data(), n);
   }
   return a;
 }

@@ -37,6 +37,8 @@ struct ProblemSpec {
   std::optional<double> scale;
   std::vector<std::int32_t> varlen_q, varlen_k;  // per-sequence lengths; empty = fixed lengths
   std::vector<std::int32_t> seqused_k;           // optional, with varlen
+  std::int32_t varlen_outside = 0;  // with varlen: packed rows of q and k before the first sequence
+                                    // and after the last, outside every sequence
   bool kv_broadcast_batch = false;  // K and V with batch stride 0 (one K/V shared by the batch)
   std::int64_t padding = 0;         // extra elements after each row and head: non-contiguous strides
   bool with_lse = true;
