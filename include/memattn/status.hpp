@@ -12,6 +12,7 @@ enum class StatusCode : int {
   unsupported,       // valid input that this build or device cannot run; nothing was written
   device_error,      // the CUDA runtime reported an error
   internal_error,
+  out_of_memory,     // the memory the call needs (bytes named in the message) could not be had; nothing was written
 };
 
 const char* to_string(StatusCode code);

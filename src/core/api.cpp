@@ -1,8 +1,13 @@
 // The public entry points: validate once, then hand the call to the resolved backend.
 #include <cmath>
+#include <cstdio>
+#include <new>
+#include <optional>
+#include <string>
 #include <limits>
 #include <vector>
 
+#include "core/memory.hpp"
 #include "core/numeric.hpp"
 #include "core/problem.hpp"
 #include "cpu/backend.hpp"
@@ -138,6 +143,36 @@ Status finish_uncovered(const BackwardArgs& a, const detail::Problem& p) {
   return for_uncovered(p.seqstart_k, a.k.sizes[1], zero(a.dv));
 }
 
+std::string bytes_text(double bytes) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.0f bytes (%.3g GiB)", bytes, bytes / double(1ull << 30));
+  return text;
+}
+
+// The CPU backends' large allocations, checked against the memory left before they are made.
+Status check_host_scratch(const detail::Problem& p, bool backward) {
+  if (p.backend == Backend::cuda) return Status::Ok();
+  const double needed = detail::host_scratch_bytes(p, backward);
+  const std::optional<double> available = detail::host_memory_available();
+  if (!available || needed <= *available) return Status::Ok();
+  return {StatusCode::out_of_memory, std::string("host memory: the ") + to_string(p.backend) + " backend's " +
+                                         (backward ? "backward" : "forward") + " needs about " + bytes_text(needed) +
+                                         " of scratch for this problem; " + bytes_text(*available) + " are available"};
+}
+
+// Runs a call: an allocation that fails in spite of the checks (other processes took the memory,
+// or a varlen description of two billion sequences) is reported, never thrown across the API.
+template <class F>
+Status guarded(F&& run) {
+  try {
+    return run();
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::out_of_memory, "host memory: an allocation of the call failed"};
+  } catch (const std::exception& e) {
+    return {StatusCode::internal_error, std::string("unexpected exception: ") + e.what()};
+  }
+}
+
 template <class Args>
 Status workspace_size(const Args& args, const detail::Problem& p, std::size_t* bytes) {
   *bytes = 0;
@@ -148,34 +183,37 @@ Status workspace_size(const Args& args, const detail::Problem& p, std::size_t* b
 
 }  // namespace
 
-Status validate(const ForwardArgs& args) {
+namespace {
+
+Status validate_impl(const ForwardArgs& args) {
   detail::Problem p;
   return detail::build_problem(args, &p);
 }
 
-Status validate(const BackwardArgs& args) {
+Status validate_impl(const BackwardArgs& args) {
   detail::Problem p;
   return detail::build_problem(args, &p);
 }
 
-Status forward_workspace_size(const ForwardArgs& args, std::size_t* bytes) {
+Status forward_workspace_size_impl(const ForwardArgs& args, std::size_t* bytes) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   return workspace_size(args, p, bytes);
 }
 
-Status backward_workspace_size(const BackwardArgs& args, std::size_t* bytes) {
+Status backward_workspace_size_impl(const BackwardArgs& args, std::size_t* bytes) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   return workspace_size(args, p, bytes);
 }
 
-Status forward(const ForwardArgs& args) {
+Status forward_impl(const ForwardArgs& args) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   // The alignment here; the size where the plan is made (cuda::forward), not twice per call.
   if (Status s = detail::check_workspace(args, 0); !s.ok()) return s;
   if (p.empty) return finish_empty(args, p);
+  if (Status s = check_host_scratch(p, false); !s.ok()) return s;
   Status s;
   switch (p.backend) {
     case Backend::reference: s = run_reference(args); break;
@@ -186,11 +224,12 @@ Status forward(const ForwardArgs& args) {
   return finish_uncovered(args, p);
 }
 
-Status backward(const BackwardArgs& args) {
+Status backward_impl(const BackwardArgs& args) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   if (Status s = detail::check_workspace(args, 0); !s.ok()) return s;
   if (p.empty) return finish_empty(args, p);
+  if (Status s = check_host_scratch(p, true); !s.ok()) return s;
   Status s;
   switch (p.backend) {
     case Backend::reference: s = run_reference(args, p); break;
@@ -201,7 +240,7 @@ Status backward(const BackwardArgs& args) {
   return finish_uncovered(args, p);
 }
 
-Status describe_plan(const ForwardArgs& args, std::string* plan) {
+Status describe_plan_impl(const ForwardArgs& args, std::string* plan) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   if (p.empty) {
@@ -215,7 +254,7 @@ Status describe_plan(const ForwardArgs& args, std::string* plan) {
   }
 }
 
-Status describe_plan(const BackwardArgs& args, std::string* plan) {
+Status describe_plan_impl(const BackwardArgs& args, std::string* plan) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   if (p.empty) {
@@ -229,11 +268,34 @@ Status describe_plan(const BackwardArgs& args, std::string* plan) {
   }
 }
 
-Status forward_flops(const ForwardArgs& args, double* flops) {
+Status forward_flops_impl(const ForwardArgs& args, double* flops) {
   detail::Problem p;
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   *flops = 2.0 * p.visible_pairs() * double(p.head_dim + p.head_dim_v);
   return Status::Ok();
+}
+
+}  // namespace
+
+// Every entry point runs guarded: no exception crosses the API.
+Status validate(const ForwardArgs& args) { return guarded([&] { return validate_impl(args); }); }
+Status validate(const BackwardArgs& args) { return guarded([&] { return validate_impl(args); }); }
+Status forward_workspace_size(const ForwardArgs& args, std::size_t* bytes) {
+  return guarded([&] { return forward_workspace_size_impl(args, bytes); });
+}
+Status backward_workspace_size(const BackwardArgs& args, std::size_t* bytes) {
+  return guarded([&] { return backward_workspace_size_impl(args, bytes); });
+}
+Status forward(const ForwardArgs& args) { return guarded([&] { return forward_impl(args); }); }
+Status backward(const BackwardArgs& args) { return guarded([&] { return backward_impl(args); }); }
+Status describe_plan(const ForwardArgs& args, std::string* plan) {
+  return guarded([&] { return describe_plan_impl(args, plan); });
+}
+Status describe_plan(const BackwardArgs& args, std::string* plan) {
+  return guarded([&] { return describe_plan_impl(args, plan); });
+}
+Status forward_flops(const ForwardArgs& args, double* flops) {
+  return guarded([&] { return forward_flops_impl(args, flops); });
 }
 
 bool cuda_available() { return cuda::device_count() > 0; }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "memattn/status.hpp"
@@ -25,5 +26,12 @@ Status copy_to_host(void* dst, const void* src, std::size_t bytes, Location from
 int current_cuda_device();
 
 std::string describe(const PointerInfo& info);
+
+// Bytes of host memory still available (MemAvailable plus free swap), when the system says.
+std::optional<double> host_memory_available();
+
+struct Problem;
+// The largest host allocations the CPU or reference backend makes for a call (an upper bound).
+double host_scratch_bytes(const Problem& p, bool backward);
 
 }  // namespace memattn::detail

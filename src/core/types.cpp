@@ -49,6 +49,7 @@ const char* to_string(StatusCode code) {
     case StatusCode::unsupported: return "unsupported";
     case StatusCode::device_error: return "device error";
     case StatusCode::internal_error: return "internal error";
+    case StatusCode::out_of_memory: return "out of memory";
   }
   return "unknown";
 }

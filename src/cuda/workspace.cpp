@@ -154,15 +154,24 @@ Scratch::Scratch(const Options& opt, std::size_t bytes, cudaStream_t stream) : s
   if (bytes == 0 || ptr_ != nullptr) return;
   if (opt.allocate_workspace) {
     ptr_ = opt.allocate_workspace(bytes);
-    if (ptr_ == nullptr)
+    if (ptr_ == nullptr) {
       error_ = "the caller's allocator returned null for " + std::to_string(bytes) + " bytes";
+      out_of_memory_ = true;
+    }
     else if (reinterpret_cast<std::uintptr_t>(ptr_) % 16 != 0)
       error_ = "the caller's allocator returned memory that is not 16-byte aligned";
     return;
   }
   const cudaError_t e = cudaMallocAsync(&ptr_, bytes, stream);
   owned_ = e == cudaSuccess;
-  if (!owned_) error_ = cudaGetErrorString(e);
+  if (owned_) return;
+  cudaGetLastError();  // an allocation failure is not sticky; clear it for the caller's next call
+  out_of_memory_ = e == cudaErrorMemoryAllocation;
+  error_ = std::string(cudaGetErrorString(e)) + " (" + std::to_string(bytes) + " bytes needed";
+  std::size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
+    error_ += ", " + std::to_string(free_bytes) + " of " + std::to_string(total) + " bytes free on the device";
+  error_ += ")";
 }
 
 Scratch::~Scratch() {
@@ -171,7 +180,7 @@ Scratch::~Scratch() {
 
 Status Scratch::status() const {
   if (error_.empty()) return Status::Ok();
-  return {StatusCode::device_error, "workspace allocation: " + error_};
+  return {out_of_memory_ ? StatusCode::out_of_memory : StatusCode::device_error, "workspace: " + error_};
 }
 
 }  // namespace memattn::cuda

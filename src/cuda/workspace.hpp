@@ -74,6 +74,7 @@ class Scratch {
   cudaStream_t stream_;
   std::string error_;
   bool owned_ = false;
+  bool out_of_memory_ = false;  // the error is a failed allocation (StatusCode::out_of_memory)
 };
 
 }  // namespace memattn::cuda

@@ -137,6 +137,31 @@ TEST(Api, PlansNameTheBackend) {
   EXPECT_EQ(describe_plan(bad, &plan).code(), StatusCode::invalid_argument);
 }
 
+// Issue 30 deliverable 3: a problem whose host scratch cannot fit is refused with the bytes needed
+// and available (out_of_memory), before anything is allocated or written. The views claim 2^36
+// elements over a small buffer: validation reads no element, and a call that went ahead would
+// fault, so only the refusal passes.
+TEST(Api, HostScratchTooLargeIsRefusedWithTheNumbers) {
+  static float small[64];
+  const std::int64_t M = std::int64_t(1) << 24, H = 64, D = 64;
+  const TensorRef big = make_tensor(small, DType::f32, {1, M, H, D}, {0, 0, 0, 1});
+  const TensorRef lse = make_tensor(small, DType::f32, {1, H, M}, {0, 0, 1});
+  ForwardArgs f;
+  f.backend = Backend::reference;
+  f.q = f.k = f.v = big;
+  f.out = make_tensor(small, DType::f32, {1, M, H, D}, {0, 0, 0, 1});
+  f.lse = lse;
+  // Outputs with stride 0 would overlap: give them strides that do not, over the same buffer (the
+  // call is refused before it writes).
+  f.out.strides[0] = M * H * D, f.out.strides[1] = H * D, f.out.strides[2] = D;
+  f.lse.strides[0] = H * M, f.lse.strides[1] = M;
+  const Status s = forward(f);
+  EXPECT_EQ(s.code(), StatusCode::out_of_memory) << s.to_string();
+  EXPECT_NE(s.message().find("needs about"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("are available"), std::string::npos) << s.message();
+  for (float x : small) EXPECT_EQ(x, 0.0f);
+}
+
 TEST(Api, VersionIsTheProjectsVersion) { EXPECT_STREQ(version(), MEMATTN_EXPECTED_VERSION); }
 
 }  // namespace

@@ -15,6 +15,9 @@ struct Workload::Device {
   static Status time_call(const std::function<Status()>& fn, double* ms);
   static double memory_in_use();
   ~Device();
+  // out_of_memory, naming both numbers, when `bytes` exceed the device's free memory: the
+  // problem is refused before anything is allocated.
+  static Status check_free(std::size_t bytes);
   Status allocate(int tensor, std::size_t bytes);
   Status allocate_workspace(std::size_t bytes);
   void* pointer(int tensor) const { return ptrs[tensor]; }

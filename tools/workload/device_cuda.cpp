@@ -56,6 +56,15 @@ Workload::Device::~Device() {
   if (workspace) cudaFree(workspace);
 }
 
+Status Workload::Device::check_free(std::size_t bytes) {
+  std::size_t free_bytes = 0, total = 0;
+  if (Status s = check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo"); !s.ok()) return s;
+  if (bytes <= free_bytes) return Status::Ok();
+  return {StatusCode::out_of_memory, "device memory: the problem's tensors need " + std::to_string(bytes) +
+                                         " bytes, and " + std::to_string(free_bytes) + " of " +
+                                         std::to_string(total) + " bytes are free on the device"};
+}
+
 Status Workload::Device::allocate(int tensor, std::size_t bytes) {
   return check(cudaMalloc(&ptrs[tensor], bytes ? bytes : 1), "cudaMalloc");
 }

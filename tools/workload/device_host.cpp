@@ -10,6 +10,7 @@ Status Workload::Device::time_call(const std::function<Status()>&, double*) {
   return {StatusCode::unsupported, "no CUDA"};
 }
 double Workload::Device::memory_in_use() { return 0; }
+Status Workload::Device::check_free(std::size_t) { return {StatusCode::unsupported, "no CUDA"}; }
 Workload::Device::~Device() = default;
 Status Workload::Device::allocate(int, std::size_t) { return {StatusCode::unsupported, "no CUDA"}; }
 Status Workload::Device::allocate_workspace(std::size_t) { return {StatusCode::unsupported, "no CUDA"}; }

@@ -410,6 +410,10 @@ Status Workload::to_device() {
   if (device_) return Status::Ok();
   std::unique_ptr<Device> dev;
   if (Status s = Device::create(&dev); !s.ok()) return s;
+  std::size_t needed = 0;
+  for (const Buffer& b : buffers_) needed += b.bytes.size();
+  for (const auto* a : {&seqstart_q_, &seqstart_k_, &seqused_k_}) needed += a->size() * sizeof(std::int32_t);
+  if (Status s = Device::check_free(needed); !s.ok()) return s;
   for (int t = 0; t < int(Tensor::count); ++t)
     if (buffers_[t].view.defined())
       if (Status s = dev->allocate(t, buffers_[t].bytes.size()); !s.ok()) return s;
