@@ -101,6 +101,25 @@ TEST_P(CudaRows, DropoutMaskMatchesTheMapping) {
   check_dropout_masks(Backend::cuda, c.backward, c.spec.dtype, c.spec.forward_overrides, c.spec.backward_overrides);
 }
 
+// Every backward row that takes `deterministic` (no atomics) gives bit-identical gradients over 20
+// runs, each starting from poisoned outputs. A row whose plan refuses deterministic mode (the
+// one-pass rows add dQ with atomics) is skipped with the dispatcher's reason.
+TEST_P(CudaRows, DeterministicIsBitIdentical) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const RowCase& c = GetParam();
+  if (!c.backward) GTEST_SKIP() << "a forward row: deterministic is a backward setting";
+  tools::ProblemSpec s = c.spec;
+  s.deterministic = true;
+  {
+    tools::Workload w(s);
+    ASSERT_TRUE(w.to_device().ok());
+    std::string plan;
+    const Status st = describe_plan(w.backward_args(), &plan);
+    if (!st.ok()) GTEST_SKIP() << "the row does not take deterministic: " << st.message();
+  }
+  check_backward_bit_identical(s, 20);
+}
+
 // A build without CUDA kernels has no rows: nothing to instantiate.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CudaRows);
 INSTANTIATE_TEST_SUITE_P(Table, CudaRows, ::testing::ValuesIn(row_cases()),
