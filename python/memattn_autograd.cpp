@@ -10,7 +10,9 @@
 // SDPA layout four transpose nodes. Here the engine calls C++ directly, the SDPA layout is a
 // permutation of the descriptors (bhmd) instead of view nodes, and the workspace comes from the
 // caching allocator inside the one plan.
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/extension.h>
 
 #include <c10/core/DeviceGuard.h>
@@ -18,8 +20,11 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "memattn_api.hpp"
 
@@ -33,16 +38,90 @@ using OptTensor = std::optional<at::Tensor>;
 
 const memattn::python::Api* api = nullptr;
 
+// Python's MemoryError: torch translates its PyTorchError types by python_type(), also where the
+// backward throws one through the autograd engine.
+struct MemoryError : torch::PyTorchError {
+  using PyTorchError::PyTorchError;
+  PyObject* python_type() override { return PyExc_MemoryError; }
+};
+
+constexpr const char* kDoubleBackward = "memattn: the attention backward is not differentiable (no double backward)";
+
+// Bytes of host memory still available (MemAvailable plus free swap), the library's measure, or
+// -1 where the system does not say. Read with stdio: no iostreams in this module (see check()).
+double host_memory_available() {
+  std::FILE* meminfo = std::fopen("/proc/meminfo", "r");
+  if (meminfo == nullptr) return -1;
+  double available = -1, swap = 0, kib = 0;
+  char key[64];
+  while (std::fscanf(meminfo, "%63s %lf kB", key, &kib) == 2) {
+    if (std::strcmp(key, "MemAvailable:") == 0) available = kib * 1024;
+    if (std::strcmp(key, "SwapFree:") == 0) swap = kib * 1024;
+  }
+  std::fclose(meminfo);
+  return available < 0 ? -1 : available + swap;
+}
+
+// Host allocations of this size or more are checked against the memory available before they are
+// made: the allocator may promise memory it does not have (overcommit), and the library's writes
+// would then meet the OOM killer instead of an error. Reading /proc/meminfo is nothing beside
+// writing a GiB.
+constexpr double kCheckedHostBytes = double(1 << 30);
+
+std::string shape_text(at::IntArrayRef sizes) {
+  std::string text = "[";
+  for (std::size_t d = 0; d < sizes.size(); ++d) text += (d ? ", " : "") + std::to_string(sizes[d]);
+  return text + "]";
+}
+
+// make() (an at::empty of `sizes`), with a failure to allocate as MemoryError naming what, the
+// bytes needed and the bytes available; make's own message says the device's (CUDA's caching
+// allocator reports its free memory).
+template <class Make>
+at::Tensor allocate(const char* what, at::IntArrayRef sizes, const at::TensorOptions& options, Make&& make) {
+  double bytes = double(c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
+  for (const std::int64_t n : sizes) bytes *= double(n);
+  char count[32];
+  std::snprintf(count, sizeof count, "%.0f", bytes);
+  const std::string message = std::string("memattn: ") + what + " " + shape_text(sizes) + " needs " + count +
+                              " bytes on " + options.device().str();
+  const bool host = options.device().is_cpu();
+  const auto available = [] {
+    const double a = host_memory_available();
+    char text[48];
+    std::snprintf(text, sizeof text, "%.0f", a);
+    return a < 0 ? std::string("the system does not say how much is available") : text + std::string(" are available");
+  };
+  if (host && bytes >= kCheckedHostBytes) {
+    const double a = host_memory_available();
+    if (a >= 0 && bytes > a) throw MemoryError(message + "; " + available());
+  }
+  try {
+    return make();
+  } catch (const c10::Error& e) {
+    throw MemoryError(message + "; " + (host ? available() : std::string(e.what_without_backtrace())));
+  }
+}
+
+at::Tensor empty(const char* what, at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return allocate(what, sizes, options, [&] { return at::empty(sizes, options); });
+}
+
+at::Tensor empty_like(const char* what, const at::Tensor& t) {
+  return allocate(what, t.sizes(), t.options(), [&] { return at::empty_like(t); });
+}
+
 // A failed Status as the exception Python expects of memattn (ValueError for bad arguments,
-// NotImplementedError for what no backend supports, RuntimeError otherwise); c10's types so
-// that the autograd engine carries them from the backward to the caller. Messages are one
-// string each, built by concatenation: no stream formatting in an extension module (docs/
-// decisions.md, "Experiments and front ends").
+// NotImplementedError for what no backend supports, MemoryError for memory the call cannot have,
+// RuntimeError otherwise); types torch translates, so that the autograd engine carries them from
+// the backward to the caller. Messages are one string each, built by concatenation: no iostreams
+// in an extension module (docs/decisions.md, "Messages are built by string concatenation").
 void check(const memattn::Status& s) {
   if (s.ok()) return;
   const std::string message = "memattn: " + s.message();
   if (s.code() == memattn::StatusCode::invalid_argument) TORCH_CHECK_VALUE(false, message);
   if (s.code() == memattn::StatusCode::unsupported) TORCH_CHECK_NOT_IMPLEMENTED(false, message);
+  if (s.code() == memattn::StatusCode::out_of_memory) throw MemoryError(message);
   TORCH_CHECK(false, message);
 }
 
@@ -81,7 +160,8 @@ memattn::TensorRef ref(const OptTensor& t) { return t ? ref(*t) : memattn::Tenso
 struct Settings {
   std::int64_t window_left, window_right;
   bool bottom_right;
-  double dropout_p, scale;
+  double dropout_p;
+  std::optional<double> scale;  // none: the library's default, 1/sqrt(D)
   bool deterministic, bhmd;
 
   static constexpr std::array<const char*, 7> kKeys = {"window_left", "window_right", "bottom_right", "dropout_p",
@@ -89,22 +169,46 @@ struct Settings {
   void save(AutogradContext* ctx) const {
     ctx->saved_data[kKeys[0]] = window_left, ctx->saved_data[kKeys[1]] = window_right;
     ctx->saved_data[kKeys[2]] = bottom_right, ctx->saved_data[kKeys[3]] = dropout_p;
-    ctx->saved_data[kKeys[4]] = scale, ctx->saved_data[kKeys[5]] = deterministic, ctx->saved_data[kKeys[6]] = bhmd;
+    ctx->saved_data[kKeys[4]] = scale ? c10::IValue(*scale) : c10::IValue();
+    ctx->saved_data[kKeys[5]] = deterministic, ctx->saved_data[kKeys[6]] = bhmd;
   }
   static Settings load(AutogradContext* ctx) {
     const auto& d = ctx->saved_data;
-    return {d.at(kKeys[0]).toInt(),    d.at(kKeys[1]).toInt(),  d.at(kKeys[2]).toBool(), d.at(kKeys[3]).toDouble(),
-            d.at(kKeys[4]).toDouble(), d.at(kKeys[5]).toBool(), d.at(kKeys[6]).toBool()};
+    const c10::IValue& scale = d.at(kKeys[4]);
+    return {d.at(kKeys[0]).toInt(),
+            d.at(kKeys[1]).toInt(),
+            d.at(kKeys[2]).toBool(),
+            d.at(kKeys[3]).toDouble(),
+            scale.isNone() ? std::nullopt : std::optional<double>(scale.toDouble()),
+            d.at(kKeys[5]).toBool(),
+            d.at(kKeys[6]).toBool()};
+  }
+};
+
+// The CUDA workspace from torch's caching allocator, kept alive until the call has been issued
+// (later work on the stream may reuse it, as stream order allows). A failure to allocate is kept
+// and thrown after the call: the library's callback returns null instead (no exception may cross
+// the library).
+struct Workspace {
+  at::Tensor tensor;
+  std::optional<MemoryError> error;
+
+  void check() {
+    if (error) throw MemoryError(std::move(*error));
   }
 };
 
 // The options both passes share: backend from the tensors' device, mask, dropout, varlen, the
-// current stream, and the workspace from torch's caching allocator (kept alive by `workspace`
-// until the call has been issued; later work on the stream may reuse it, as stream order allows).
+// current stream, and the workspace.
 void fill_options(memattn::Options* o, const at::Tensor& q, const Settings& s, const OptTensor& rng,
                   const OptTensor& seqstart_q, const OptTensor& seqstart_k, const OptTensor& seqused_k,
-                  at::Tensor* workspace) {
-  const auto address = [](const OptTensor& t) { return t ? reinterpret_cast<std::uintptr_t>(t->data_ptr()) : 0; };
+                  Workspace* workspace) {
+  // Torch gives a tensor without elements a null data pointer, which the library reads as an
+  // absent array; its storage's address keeps it given, with 0 elements (memattn.attention gives
+  // such arrays storage).
+  const auto address = [](const OptTensor& t) {
+    return !t ? 0 : reinterpret_cast<std::uintptr_t>(t->numel() ? t->data_ptr() : t->storage().data());
+  };
   memattn::python::CallOptions c{};
   c.backend = q.is_cuda() ? memattn::Backend::cuda
               : q.scalar_type() == at::kDouble ? memattn::Backend::reference
@@ -129,9 +233,14 @@ void fill_options(memattn::Options* o, const at::Tensor& q, const Settings& s, c
   c.apply(o);
   if (!q.is_cuda()) return;
   const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte).device(q.device());
-  o->allocate_workspace = [workspace, bytes](std::size_t n) {
-    *workspace = at::empty({std::int64_t(n)}, bytes);
-    return workspace->data_ptr();
+  o->allocate_workspace = [workspace, bytes](std::size_t n) -> void* {
+    try {
+      workspace->tensor = empty("the workspace", {std::int64_t(n)}, bytes);
+      return workspace->tensor.data_ptr();
+    } catch (MemoryError& e) {
+      workspace->error = std::move(e);
+      return nullptr;
+    }
   };
 }
 
@@ -139,7 +248,7 @@ struct Attention : torch::autograd::Function<Attention> {
   // (out, lse); with bhmd q, k, v and out are [B, H, M, D] (SDPA's layout), else BMHK.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const OptTensor& bias, std::int64_t window_left, std::int64_t window_right,
-                               bool bottom_right, double dropout_p, const OptTensor& rng, double scale,
+                               bool bottom_right, double dropout_p, const OptTensor& rng, std::optional<double> scale,
                                const OptTensor& seqstart_q, const OptTensor& seqstart_k, const OptTensor& seqused_k,
                                bool deterministic, bool bhmd) {
     TORCH_CHECK_VALUE(q.dim() == 4 && v.dim() == 4, "memattn: q and v must be 4-d tensors");
@@ -149,16 +258,22 @@ struct Attention : torch::autograd::Function<Attention> {
     const std::int64_t batch = q.size(0), rows = q.size(bhmd ? 2 : 1), heads = q.size(bhmd ? 1 : 2);
     const std::int64_t dv = v.size(3);
     // Out in BMHK memory either way (bhmd: strides of the transposed view, as SDPA returns it).
-    const at::Tensor out = bhmd ? at::empty_strided({batch, heads, rows, dv}, {rows * heads * dv, dv, heads * dv, 1},
-                                                    q.options())
-                                : at::empty({batch, rows, heads, dv}, q.options());
-    const at::Tensor lse = at::empty({batch, heads, rows}, q.options().dtype(at::kFloat));
+    const at::Tensor out =
+        bhmd ? allocate("out", {batch, heads, rows, dv}, q.options(),
+                        [&] {
+                          return at::empty_strided({batch, heads, rows, dv}, {rows * heads * dv, dv, heads * dv, 1},
+                                                   q.options());
+                        })
+             : empty("out", {batch, rows, heads, dv}, q.options());
+    const at::Tensor lse = empty("lse", {batch, heads, rows}, q.options().dtype(at::kFloat));
     memattn::ForwardArgs a;
-    at::Tensor workspace;
+    Workspace workspace;
     fill_options(&a, q, s, rng, seqstart_q, seqstart_k, seqused_k, &workspace);
     a.q = ref(q, bhmd), a.k = ref(k, bhmd), a.v = ref(v, bhmd), a.bias = ref(bias);
     a.out = ref(out, bhmd), a.lse = ref(lse);
-    check(api->forward(a));
+    const memattn::Status status = api->forward(a);
+    workspace.check();
+    check(status);
 
     const auto undefined = [](const OptTensor& t) { return t.value_or(at::Tensor()); };
     ctx->save_for_backward({q, k, v, undefined(bias), out, lse, undefined(rng), undefined(seqstart_q),
@@ -181,33 +296,38 @@ struct Attention : torch::autograd::Function<Attention> {
     const Settings s = Settings::load(ctx);
     const bool bias_grad = bias.defined() && ctx->needs_input_grad(3);
 
-    at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-    at::Tensor dbias = bias_grad ? at::empty_like(bias) : at::Tensor();
+    at::Tensor dq = empty_like("dq", q), dk = empty_like("dk", k), dv = empty_like("dv", v);
+    at::Tensor dbias = bias_grad ? empty_like("dbias", bias) : at::Tensor();
     memattn::BackwardArgs a;
-    at::Tensor workspace;
+    Workspace workspace;
     fill_options(&a, q, s, optional(saved[6]), optional(saved[7]), optional(saved[8]), optional(saved[9]), &workspace);
     a.q = ref(q, s.bhmd), a.k = ref(k, s.bhmd), a.v = ref(v, s.bhmd), a.bias = ref(bias);
     a.out = ref(saved[4], s.bhmd), a.lse = ref(saved[5]), a.dout = ref(dout, s.bhmd);
     a.dq = ref(dq, s.bhmd), a.dk = ref(dk, s.bhmd), a.dv = ref(dv, s.bhmd), a.dbias = ref(dbias);
     a.deterministic = s.deterministic;
-    check(api->backward(a));
+    const memattn::Status status = api->backward(a);
+    workspace.check();
+    check(status);
 
     result[0] = std::move(dq), result[1] = std::move(dk), result[2] = std::move(dv), result[3] = std::move(dbias);
-    if (!at::GradMode::is_enabled() || !grads[0].requires_grad()) return result;
-    // create_graph: the gradients come from the library, not from differentiable ops. As
-    // Python's once_differentiable does, they get a node that raises if a second backward
-    // reaches it, rather than acting as constants in it.
+    if (!at::GradMode::is_enabled()) return result;
+    // create_graph: the gradients come from the library, not from differentiable ops. Their
+    // history is a node that raises, linked to q, k, v, the bias and dout, so that any second
+    // backward through them reaches it rather than treating them as constants. (Torch's
+    // once_differentiable links its node to fresh leaves, which a grad() with respect to q
+    // never visits, and only when dout requires grad.)
+    const auto node = std::make_shared<torch::autograd::Error>(
+        kDoubleBackward, torch::autograd::collect_next_edges(q, k, v, bias, grads[0]));
     for (at::Tensor& g : result)
-      if (g.defined()) g = g.detach().requires_grad_(true);
-    torch::autograd::DelayedError error("memattn: the attention backward is not differentiable (no double backward)",
-                                        std::int64_t(kInputs));
-    return error.apply(std::move(result));
+      if (g.defined()) torch::autograd::set_history(g, node);
+    return result;
   }
 };
 
 py::tuple attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& bias,
                     std::int64_t window_left, std::int64_t window_right, bool bottom_right, double dropout_p,
-                    const OptTensor& rng, double scale, const OptTensor& seqstart_q, const OptTensor& seqstart_k,
+                    const OptTensor& rng, std::optional<double> scale, const OptTensor& seqstart_q,
+                    const OptTensor& seqstart_k,
                     const OptTensor& seqused_k, bool deterministic, bool bhmd) {
   variable_list r;
   try {
@@ -218,6 +338,9 @@ py::tuple attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
     throw py::value_error(e.what_without_backtrace());
   } catch (const c10::NotImplementedError& e) {
     PyErr_SetString(PyExc_NotImplementedError, e.what_without_backtrace());
+    throw py::error_already_set();
+  } catch (MemoryError& e) {
+    PyErr_SetString(PyExc_MemoryError, e.what());
     throw py::error_already_set();
   } catch (const c10::Error& e) {
     throw std::runtime_error(e.what_without_backtrace());

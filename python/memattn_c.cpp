@@ -154,17 +154,20 @@ PYBIND11_MODULE(_C, m) {
       "Backward on (ptr, dtype, sizes, strides) tensors; returns (code, message).");
   m.def(
       "dropout_keep",
-      [](std::uint64_t seed, std::uint64_t offset, std::int64_t batch, std::int64_t heads, std::int64_t rows,
-         std::int64_t cols, double p) {
-        std::string keep(std::size_t(batch * heads * rows * cols), '\0');
-        std::size_t e = 0;
+      [](std::uintptr_t address, std::uint64_t seed, std::uint64_t offset, std::int64_t batch, std::int64_t heads,
+         std::int64_t rows, std::int64_t cols, double p) {
+        // memattn.dropout_mask has checked the arguments and allocated [batch, heads, rows, cols]
+        // bytes at `address` (a torch bool tensor, one byte per element).
+        auto* keep = reinterpret_cast<std::uint8_t*>(address);
+        const py::gil_scoped_release release;
         for (std::int64_t b = 0; b < batch; ++b)
           for (std::int64_t h = 0; h < heads; ++h)
             for (std::int64_t i = 0; i < rows; ++i)
-              for (std::int64_t j = 0; j < cols; ++j) keep[e++] = memattn::dropout_keep(seed, offset, b, h, heads, i, j, p);
-        return py::bytes(keep);
+              for (std::int64_t j = 0; j < cols; ++j)
+                *keep++ = memattn::dropout_keep(seed, offset, b, h, heads, i, j, p) ? 1 : 0;
       },
-      "The dropout keep mask [batch, heads, rows, cols] (bytes of 0/1), as every backend applies it.");
+      "Writes the dropout keep mask [batch, heads, rows, cols] (bytes of 0/1, as every backend applies it) to "
+      "address.");
   m.def(
       "plan",
       [](const py::object& q, const py::object& k, const py::object& v, const py::object& bias, const py::object& out,

@@ -9,7 +9,8 @@ implementations, so torch.compile traces them, and gradients flow to q, k, v and
 calls skip the custom-op dispatch and, where the package was built with torch, run a C++ autograd
 Function (host time per call, see _ops.py).
 """
-import math
+import numbers
+import operator
 from typing import Optional, Tuple
 
 import torch
@@ -21,40 +22,109 @@ __version__ = _C.version()
 __all__ = ["attention", "scaled_dot_product_attention", "dropout_mask", "__version__"]
 
 _UNBOUNDED = -1
+_INT64_MAX = 2**63 - 1
+
+
+def _int(name: str, value, low: int, high: int) -> int:
+    """value as a Python int in [low, high]; bool is refused (True would read as 1), and so is
+    anything without __index__ (a float, a string). Bounds are named as powers of two when they are."""
+    if not isinstance(value, bool):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            pass
+        else:
+            if low <= value <= high:
+                return value
+    bound = next((f"2^{e}{' - 1' if high & 1 else ''}" for e in range(32, 65) if high in (2**e, 2**e - 1)), high)
+    raise ValueError(f"memattn: {name} must be an int in [{low}, {bound}], got {value!r}")
+
+
+def _real(name: str, value) -> float:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError(f"memattn: {name} must be a real number (int or float), got {value!r}")
+
+
+def _flag(name: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"memattn: {name} must be True or False, got {value!r}")
 
 
 def _window(causal: bool, window: Optional[Tuple[Optional[int], Optional[int]]]) -> Tuple[int, int]:
-    left, right = (None, None) if window is None else window
+    if window is None:
+        left = right = None
+    elif isinstance(window, (tuple, list)) and len(window) == 2:
+        left, right = window
+    else:
+        raise ValueError(f"memattn: window must be (left, right), each an int >= 0 or None, got {window!r}")
+    # A side of any size is legal (the library treats one of Mq + Mk or more as unbounded, so it
+    # cannot overflow there); the bound is the library's int64.
+    left, right = (None if side is None else _int(f"window {name} (keys {name} of the diagonal; None = unbounded)",
+                                                  side, 0, _INT64_MAX) for name, side in (("left", left), ("right", right)))
     if causal:
         if right not in (None, 0):
-            raise ValueError("memattn: causal=True means window right = 0; give one or the other")
+            raise ValueError(f"memattn: causal=True means window right = 0, got window={window!r}; give one or the "
+                             "other")
         right = 0
-    for name, value in (("left", left), ("right", right)):
-        if value is not None and (not isinstance(value, int) or value < 0):
-            raise ValueError(f"memattn: window {name} must be a non-negative int or None (unbounded), got {value!r}")
     return (_UNBOUNDED if left is None else left), (_UNBOUNDED if right is None else right)
 
 
 def _bias(bias: Optional[Tensor], q: Tensor) -> Optional[Tensor]:
-    """A boolean mask becomes additive (True = attend); fewer than 4 dims are broadcast from the left;
-    dimensions broadcast by stride 0 (torch's expand) become size 1, so that the library sums the
-    gradient over them once and autograd's expand backward does the rest."""
+    """A boolean mask becomes additive (True = attend); fewer than 4 dims are broadcast from the left.
+    The library reads a dimension of stride 0 (torch's expand) as broadcast and sums its gradient
+    there, while autograd needs each element's own gradient for a tensor of that size (the one
+    given may be a leaf, or carry hooks): a bias that will receive a gradient is made dense there.
+    Dimensions of size 1 are left as they are, and their gradient is the sum."""
     if bias is None:
         return None
+    if not isinstance(bias, Tensor):
+        raise ValueError(f"memattn: bias must be a tensor or None, got {type(bias).__name__}")
     if bias.dtype == torch.bool:
         bias = torch.zeros(bias.shape, dtype=q.dtype, device=bias.device).masked_fill(~bias, float("-inf"))
     if bias.dim() > 4:
         raise ValueError(f"memattn: bias has {bias.dim()} dims; it must broadcast to [B, Hq, Mq, Mk]")
     while bias.dim() < 4:
         bias = bias.unsqueeze(0)
-    for d in range(4):
-        if bias.size(d) > 1 and bias.stride(d) == 0:
-            bias = bias.narrow(d, 0, 1)
-    return bias if bias.stride(-1) == 1 or bias.size(-1) == 1 else bias.contiguous()
+    if any(n > 1 and s == 0 for n, s in zip(bias.shape, bias.stride())):
+        if bias.requires_grad and torch.is_grad_enabled():
+            return _ops.allocate("bias (a dense copy for its gradient)", tuple(bias.shape), bias.dtype, bias.device,
+                                 bias.contiguous)
+        for d in range(4):  # no gradient: the same values, read broadcast (no copy, whatever the last stride)
+            if bias.size(d) > 1 and bias.stride(d) == 0:
+                bias = bias.narrow(d, 0, 1)
+    return _last_dim_contiguous("bias", bias)
 
 
-def _last_dim_contiguous(t: Tensor) -> Tensor:
-    return t if t.stride(-1) == 1 or t.size(-1) == 1 else t.contiguous()
+def _index(name: str, t: Optional[Tensor], q: Tensor) -> Optional[Tensor]:
+    """A varlen array as the library takes it: 1-d int32 on q's device (the library reads raw int32
+    memory there: another dtype would be misread, not refused), read through its stride on the
+    CPU; contiguous on CUDA, whose kernels read the arrays with stride 1. Its length is the
+    library's to check."""
+    if t is None:
+        return None
+    if not isinstance(t, Tensor) or t.dtype != torch.int32 or t.dim() != 1:
+        got = f"a {t.dim()}-d {t.dtype} tensor" if isinstance(t, Tensor) else type(t).__name__
+        raise ValueError(f"memattn: {name} must be a 1-d int32 tensor, got {got}")
+    if t.device != q.device:
+        raise ValueError(f"memattn: {name} is on {t.device} but q is on {q.device}; the varlen arrays must be on "
+                         f"the tensors' device")
+    if t.numel() == 0:
+        # An array given without elements is passed at its storage's address (_ops._index): the
+        # library reads a null pointer of size 0 as no array at all, so this one gets storage.
+        return t.new_empty(1)[:0]
+    if t.is_cuda and t.stride(0) != 1 and t.numel() > 1:
+        return t.contiguous()
+    return t
+
+
+def _last_dim_contiguous(name: str, t: Tensor) -> Tensor:
+    """t, or the copy the library can read (it needs stride 1 on the last dimension)."""
+    if t.stride(-1) == 1 or t.size(-1) == 1:
+        return t
+    return _ops.allocate(f"{name} (a copy with a contiguous last dimension)", tuple(t.shape), t.dtype, t.device,
+                         t.contiguous)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None, causal: bool = False,
@@ -98,26 +168,38 @@ def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqst
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.dim() != 4:
             raise ValueError(f"memattn: {name} must be a 4-d tensor [B, {'H, M' if bhmd else 'M, H'}, D]")
+    dropout_p = _real("dropout_p", dropout_p)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"memattn: dropout_p must be in [0, 1), got {dropout_p}")
-    for name, t in (("seqstart_q", seqstart_q), ("seqstart_k", seqstart_k), ("seqused_k", seqused_k)):
-        # The library reads raw int32 arrays: another dtype would be misread, not refused.
-        if t is not None and (not isinstance(t, Tensor) or t.dtype != torch.int32 or t.dim() != 1):
-            raise ValueError(f"memattn: {name} must be a 1-d int32 tensor")
-    left, right = _window(causal, window)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
+    # None lets the library default it (1/sqrt(D)), and refuse D = 0 with its own message.
+    scale = None if scale is None else _real("scale", scale)
+    left, right = _window(_flag("causal", causal), window)
+    seqstart_q, seqstart_k, seqused_k = (_index(name, t, q) for name, t in (
+        ("seqstart_q", seqstart_q), ("seqstart_k", seqstart_k), ("seqused_k", seqused_k)))
     rng = None
     if dropout_p > 0.0:  # seed from torch's generator (offset 0: a fresh seed per call)
         rng = torch.cat([torch.randint(0, 2**62, (1,), dtype=torch.int64), torch.zeros(1, dtype=torch.int64)])
     return _ops.attend(
-        _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v), _bias(bias, q), left, right,
-        alignment == "bottom_right", float(dropout_p), rng, float(scale), seqstart_q, seqstart_k, seqused_k,
-        bool(deterministic), bhmd=bhmd)
+        _last_dim_contiguous("q", q), _last_dim_contiguous("k", k), _last_dim_contiguous("v", v), _bias(bias, q),
+        left, right, alignment == "bottom_right", dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
+        _flag("deterministic", deterministic), bhmd=bhmd)
 
 
 def dropout_mask(seed: int, offset: int, batch: int, heads_q: int, seqlen_q: int, seqlen_k: int, p: float) -> Tensor:
     """The keep mask [batch, heads_q, seqlen_q, seqlen_k] (bool) that dropout with (seed, offset)
-    applies, identical on every backend (Philox4x32-10; see the README for the mapping)."""
-    raw = _C.dropout_keep(seed, offset, batch, heads_q, seqlen_q, seqlen_k, p)
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(batch, heads_q, seqlen_q, seqlen_k).bool()
+    applies, identical on every backend (Philox4x32-10; see the README for the mapping). Sizes
+    are those the mapping covers (batch * heads_q <= 2^32, seqlen_q <= 2^32, seqlen_k <= 2^34);
+    MemoryError when the mask does not fit in host memory."""
+    seed = _int("dropout_mask seed", seed, 0, 2**64 - 1)
+    offset = _int("dropout_mask offset (one 32-bit word of the Philox counter)", offset, 0, 2**32 - 1)
+    batch, heads_q = _int("dropout_mask batch", batch, 0, 2**32), _int("dropout_mask heads_q", heads_q, 0, 2**32)
+    seqlen_q, seqlen_k = _int("dropout_mask seqlen_q", seqlen_q, 0, 2**32), _int("dropout_mask seqlen_k", seqlen_k, 0, 2**34)
+    if batch * heads_q > 2**32:
+        raise ValueError(f"memattn: dropout_mask batch * heads_q = {batch} * {heads_q} exceeds 2^32 (the Philox "
+                         "counter's word for it)")
+    p = _real("dropout_mask p", p)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"memattn: dropout_mask p must be in [0, 1), got {p}")
+    keep = _ops.allocate("dropout_mask", (batch, heads_q, seqlen_q, seqlen_k), torch.bool, "cpu")
+    _C.dropout_keep(keep.data_ptr(), seed, offset, batch, heads_q, seqlen_q, seqlen_k, p)
+    return keep

@@ -23,7 +23,54 @@ except ImportError:  # built without torch's headers: the Python Function below
     _autograd = None
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
-_ERRORS = {1: ValueError, 2: NotImplementedError, 3: RuntimeError, 4: RuntimeError}
+# The library's StatusCode values (memattn/status.hpp) as Python exceptions.
+_ERRORS = {1: ValueError, 2: NotImplementedError, 3: RuntimeError, 4: RuntimeError, 5: MemoryError}
+_DOUBLE_BACKWARD = "memattn: the attention backward is not differentiable (no double backward)"
+
+
+def host_memory_available() -> Optional[int]:
+    """Bytes of host memory still available (MemAvailable plus free swap), the library's measure;
+    None where the system does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            fields = {key: int(value.split()[0]) * 1024 for key, value in (line.split(":", 1) for line in f)}
+    except (OSError, ValueError):
+        return None
+    return None if "MemAvailable" not in fields else fields["MemAvailable"] + fields.get("SwapFree", 0)
+
+
+# Host allocations of this size or more are checked against the memory available before they are
+# made: the allocator may promise memory it does not have (overcommit), and the library's writes
+# would then meet the OOM killer instead of an error. Reading /proc/meminfo (~15 us) is nothing
+# beside writing a GiB.
+_CHECKED_HOST_BYTES = 1 << 30
+
+
+def _available(device) -> str:
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return f"{free} bytes of its {total} are free"
+    available = host_memory_available()
+    return "the system does not say how much is available" if available is None else f"{available} are available"
+
+
+def allocate(what: str, shape, dtype, device, make=None) -> Tensor:
+    """torch.empty(shape) (or make()), with a failure to allocate as MemoryError naming what, the
+    bytes needed and the bytes available (torch raises RuntimeError, or its OutOfMemoryError on
+    CUDA, whose allocator never overcommits)."""
+    device = torch.device(device)
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n  # Python ints: no overflow
+    message = f"memattn: {what} {list(shape)} ({dtype}) needs {nbytes} bytes on {device}"
+    if device.type == "cpu" and nbytes >= _CHECKED_HOST_BYTES:
+        available = host_memory_available()
+        if available is not None and nbytes > available:
+            raise MemoryError(f"{message}; {available} are available")
+    try:
+        return make() if make is not None else torch.empty(shape, dtype=dtype, device=device)
+    except RuntimeError as e:
+        raise MemoryError(f"{message}; {_available(device)}") from e
 
 
 def _desc(t: Optional[Tensor]):
@@ -49,15 +96,19 @@ def _stream(device) -> int:
 
 def _allocator(device):
     """The library's CUDA workspace from torch's caching allocator, on the current stream."""
-    def allocate(nbytes):
-        t = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    def allocate_workspace(nbytes):
+        t = allocate("the workspace", (nbytes,), torch.uint8, device)
         return t.data_ptr(), t
-    return allocate
+    return allocate_workspace
 
 
 def _index(t):
-    """A variable-length array as the library takes it: (address, elements, stride)."""
-    return (0, 0, 1) if t is None else (t.data_ptr(), t.numel(), t.stride(0))
+    """A variable-length array as the library takes it: (address, elements, stride). Torch gives a
+    tensor without elements a null data pointer, which the library reads as an absent array; its
+    storage's address keeps it given, with 0 elements (memattn.attention gives such arrays storage)."""
+    if t is None:
+        return (0, 0, 1)
+    return (t.data_ptr() if t.numel() else t.untyped_storage().data_ptr(), t.numel(), t.stride(0))
 
 
 def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k):
@@ -80,30 +131,74 @@ def _check(result):
 
 def _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k,
              seqused_k):
-    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
-    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    out = allocate("out", (*q.shape[:-1], v.shape[-1]), q.dtype, q.device)
+    lse = allocate("lse", (q.shape[0], q.shape[2], q.shape[1]), torch.float32, q.device)
     opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k)
     _check(_C.forward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), opts))
     return out, lse
 
 
+def _like(name, t):
+    return allocate(name, tuple(t.shape), t.dtype, t.device, lambda: torch.empty_like(t))
+
+
 def _backward_op(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale,
                  seqstart_q, seqstart_k, seqused_k, deterministic, bias_grad):
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    dbias = torch.empty_like(bias) if bias_grad else q.new_empty(0)
+    dq, dk, dv = _like("dq", q), _like("dk", k), _like("dv", v)
+    dbias = _like("dbias", bias) if bias_grad else q.new_empty(0)
     opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k)
     _check(_C.backward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), _desc(dout), _desc(dq),
                        _desc(dk), _desc(dv), _desc(dbias) if bias_grad else None, deterministic, opts))
     return dq, dk, dv, dbias
 
 
+def _shape(t):
+    return "[" + ", ".join(str(n) for n in t.shape) + "]"
+
+
+def _check_shapes(q, k, v, bias, seqstart_q):
+    """The library's rules on sizes and dtypes, for the fake implementations: under tracing there is
+    no memory to hand the library, and a problem it would refuse must not trace to shapes. The
+    messages are the library's (src/core/problem.cpp)."""
+    for name, t, layout in (("q", q, "[B, Mq, Hq, D]"), ("k", k, "[B, Mk, Hk, D]"), ("v", v, "[B, Mk, Hk, Dv]")):
+        if t.dim() != 4:
+            raise ValueError(f"memattn: {name}: expected a rank-4 {layout} tensor, got {_shape(t)}")
+        if t.dtype != q.dtype:
+            raise ValueError(f"memattn: {name}: dtype {t.dtype} must be {q.dtype}")
+    b, _, hq, d = q.shape
+    mk, hk = k.shape[1], k.shape[2]
+    if hk == 0 and hq > 0:
+        raise ValueError(f"memattn: k: kv heads Hk = 0 (dimension 2) with Hq = {hq} query heads; Hk must be >= 1 "
+                         "unless Hq = 0")
+    for name, n, what in (("q", d, "D"), ("v", v.shape[3], "Dv")):
+        if not 1 <= n <= 65536:
+            raise ValueError(f"memattn: {name}: head dim {what} = {n} is outside [1, 65536]")
+    for name, t, want in (("k", k, (b, mk, hk, d)), ("v", v, (b, mk, hk, v.shape[3]))):
+        if tuple(t.shape) != want:
+            raise ValueError(f"memattn: {name}: expected {list(want)}, got {_shape(t)}")
+    if hk > 0 and hq % hk != 0:
+        raise ValueError(f"memattn: k: query heads Hq = {hq} must be a multiple of kv heads Hk = {hk}")
+    if bias is None:
+        return
+    if bias.dim() != 4:
+        raise ValueError(f"memattn: bias: expected a rank-4 [B, Hq, Mq, Mk] tensor, got {_shape(bias)}")
+    if bias.dtype not in (q.dtype, torch.float32):
+        raise ValueError(f"memattn: bias: dtype {bias.dtype} must be {q.dtype} (the dtype of q) or float32")
+    # With variable lengths B is the number of sequences, and Mq, Mk the longest ones (in the data).
+    full = (b, hq, q.shape[1], mk) if seqstart_q is None else (seqstart_q.shape[0] - 1, hq)
+    for dim, n in enumerate(full):
+        if bias.shape[dim] not in (1, n):
+            raise ValueError(f"memattn: bias: dimension {dim} has size {bias.shape[dim]}; it must be 1 (broadcast) "
+                             f"or {n} to broadcast to [B, Hq, Mq, Mk]")
+
+
 @torch.library.custom_op("memattn::attention_forward", mutates_args=())
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], window_left: int, window_right: int,
-                      bottom_right: bool, dropout_p: float, rng: Optional[Tensor], scale: float,
+                      bottom_right: bool, dropout_p: float, rng: Optional[Tensor], scale: Optional[float],
                       seqstart_q: Optional[Tensor], seqstart_k: Optional[Tensor], seqused_k: Optional[Tensor],
                       deterministic: bool) -> tuple[Tensor, Tensor]:
     """out [B, Mq, Hq, Dv] and lse [B, Hq, Mq] (float32) of BMHK q, k, v. `deterministic` is for the
-    backward; rng is a CPU int64 tensor (seed, offset) when dropout_p > 0."""
+    backward; rng is a CPU int64 tensor (seed, offset) when dropout_p > 0; scale None is 1/sqrt(D)."""
     return _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
                     seqstart_k, seqused_k)
 
@@ -111,6 +206,7 @@ def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], w
 @attention_forward.register_fake
 def _(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k,
       seqused_k, deterministic):
+    _check_shapes(q, k, v, bias, seqstart_q)
     out = q.new_empty((*q.shape[:-1], v.shape[-1]))
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
     return out, lse
@@ -119,8 +215,8 @@ def _(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, sc
 @torch.library.custom_op("memattn::attention_backward", mutates_args=())
 def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], out: Tensor, lse: Tensor,
                        window_left: int, window_right: int, bottom_right: bool, dropout_p: float,
-                       rng: Optional[Tensor], scale: float, seqstart_q: Optional[Tensor], seqstart_k: Optional[Tensor],
-                       seqused_k: Optional[Tensor], deterministic: bool,
+                       rng: Optional[Tensor], scale: Optional[float], seqstart_q: Optional[Tensor],
+                       seqstart_k: Optional[Tensor], seqused_k: Optional[Tensor], deterministic: bool,
                        bias_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """dq, dk, dv and dbias (an empty tensor unless bias_grad) of the forward above."""
     return _backward_op(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale,
@@ -130,8 +226,19 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Opti
 @attention_backward.register_fake
 def _(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
       seqstart_k, seqused_k, deterministic, bias_grad):
+    _check_shapes(q, k, v, bias, seqstart_q)
     dbias = torch.empty_like(bias) if bias_grad else q.new_empty(0)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dbias
+
+
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError(_DOUBLE_BACKWARD)
+
+
+# The backward is once-differentiable: its results depend on q, k, v and the bias (and dout), so a
+# graph built through it (create_graph) must not treat them as constants. With this formula a
+# second backward that reaches the op raises instead.
+attention_backward.register_autograd(_no_double_backward)
 
 
 def _setup_context(ctx, inputs, output):
@@ -165,6 +272,22 @@ def _backward(ctx, dout, dlse):
 attention_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _OnceDifferentiable(torch.autograd.Function):
+    """The library's gradients under create_graph: they come from the library, not from
+    differentiable ops, so their history is a node that raises, linked to q, k, v, the bias and
+    dout; any second backward through them reaches it rather than treating them as constants.
+    (torch's once_differentiable links its node to fresh leaves, which a grad() with respect to
+    q never visits, and only when dout requires grad.)"""
+
+    @staticmethod
+    def forward(ctx, grads, *inputs):
+        return grads
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(_DOUBLE_BACKWARD)
+
+
 class _EagerAttention(torch.autograd.Function):
     """attention_forward with its backward, without the custom-op dispatch (eager mode only)."""
 
@@ -181,23 +304,31 @@ class _EagerAttention(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, dout, dlse):
         if dout is None:  # only the LSE was used, which has no gradient
             return _gradients(None, None, None, None, False)
         args = _backward_inputs(ctx, dout)
-        return _gradients(*_backward_op(*args), args[-1])
+        with torch.no_grad():
+            grads = _gradients(*_backward_op(*args), args[-1])
+        if not torch.is_grad_enabled():
+            return grads
+        dq, dk, dv, dbias = _OnceDifferentiable.apply(grads[:4], dout, *args[1:5])
+        return (dq, dk, dv, dbias, *grads[4:])
 
 
 def _to_bmhk(t):
     return t.transpose(1, 2)
 
 
+def _tracing(q) -> bool:
+    """Whether the custom ops must run: anything that traces (torch.compile, export, meta tensors)."""
+    return torch.compiler.is_compiling() or q.device.type not in ("cpu", "cuda")
+
+
 def attend(*args, bhmd=False):
     """attention_forward(*args) with autograd: through the custom op when tracing, directly otherwise.
     bhmd: q, k, v are [B, H, M, D] (SDPA's layout) and so is the output."""
-    q = args[0]
-    tracing = torch.compiler.is_compiling() or q.device.type not in ("cpu", "cuda")
+    tracing = _tracing(args[0])
     if _autograd is not None and not tracing:
         return _autograd.attention(*args, bhmd)
     if bhmd:
