@@ -1,6 +1,6 @@
 // CPU backward.
 //
-// 1. delta = rowsum(dO * O) and the log2-domain LSE, per query row and head.
+// 1. delta = rowsum(dO * O) and the LSE, per query row and head.
 // 2. Main pass, one task per (sequence, kv head, chunk of key tiles): for each key tile, walk the
 //    query tiles of the kv head's query group that can see it, recompute P from the LSE, and
 //    accumulate dK, dV for the tile and dQ for the rows. A task owns its key tiles, so dK and dV
@@ -107,19 +107,16 @@ void load_query_tile(const BackwardArgs& a, const detail::Problem& p, const RowS
 void gradient_tile(const BackwardArgs& a, const detail::Problem& p, const detail::MaskRule& rule,
                    const TileCoords& t, std::int64_t BK, Scratch& w) {
   const TileLayout layout{BK, 1};
-  // S = scale * (Q K^T): scaling the sum rather than Q spares every query element a rounding.
+  // The forward's scores bit for bit (score_tile.hpp).
   gemm(t.rows, BK, p.head_dim, w.qs.data(), {p.head_dim, 1}, w.kt.data(), BK, w.s.data(), BK, false);
-  const float scale = float(p.scale);
-  for (std::int64_t e = 0; e < t.rows * BK; ++e) w.s[e] *= scale;
-  finish_scores(p, a.bias, rule, t, BK, layout, 1.0f, w.s.data(), w.row_buf.data());
+  finish_scores(p, a.bias, rule, t, t.rows, BK, layout, w.s.data(), w.row_buf.data());
   gemm(t.rows, BK, p.head_dim_v, w.dob.data(), {p.head_dim_v, 1}, w.vt.data(), BK, w.dp.data(), BK, false);
   const float keep_scale = float(1.0 / (1.0 - p.dropout_p));
   if (p.has_dropout()) dropout_tile(p, t, BK, layout, w.keep.data());
   for (std::int64_t r = 0; r < t.rows; ++r) {
     float* srow = w.s.data() + r * BK;
     float* dprow = w.dp.data() + r * BK;
-    // P = exp(S - LSE), subtracting in the natural domain: in base 2 the larger magnitudes would
-    // double LSE's rounding error.
+    // P = exp(S - LSE) in the forward's domain (score_tile.hpp).
     const float lse = w.lse[r], delta = w.delta[r];
     if (p.has_dropout()) {
       const float* krow = w.keep.data() + r * BK;

@@ -1,5 +1,5 @@
 // CPU forward: one task per (sequence, query head, query tile). Each task walks the key tiles the
-// mask leaves visible, keeping a running max and sum per row (online softmax, log2 domain) and
+// mask leaves visible, keeping a running max and sum per row (online softmax) and
 // an fp32 output accumulator; no Mq x Mk matrix is ever formed.
 //
 // Scores are kept transposed, S^T = K Q^T ([keys x queries]): Q^T is built once per task, each
@@ -43,12 +43,12 @@ void online_softmax(std::int64_t rows, std::int64_t cols, std::int64_t dv, Scrat
     for (std::int64_t r = 0; r < rows; ++r) tmax[r] = col[r] > tmax[r] || col[r] != col[r] ? col[r] : tmax[r];
   }
   // New max per row; a row with nothing visible yet keeps max -inf and exponentiates against 0
-  // (exp2(-inf - 0) = 0) with its accumulator left as is.
+  // (exp(-inf - 0) = 0) with its accumulator left as is.
   float* alpha = w.alpha.data();
 #pragma omp simd
   for (std::int64_t r = 0; r < rows; ++r) {
     const bool none = tmax[r] == kNegInf;
-    alpha[r] = none ? 1.0f : exp2_fast(rmax[r] - tmax[r]);
+    alpha[r] = none ? 1.0f : exp_fast(rmax[r] - tmax[r]);
     rmax[r] = tmax[r];
     tmax[r] = none ? 0.0f : tmax[r];
   }
@@ -58,7 +58,7 @@ void online_softmax(std::int64_t rows, std::int64_t cols, std::int64_t dv, Scrat
     float* col = st + c * rows;
 #pragma omp simd
     for (std::int64_t r = 0; r < rows; ++r) {
-      col[r] = exp2_fast(col[r] - tmax[r]);
+      col[r] = exp_fast(col[r] - tmax[r]);
       rsum[r] += col[r];
     }
   }
@@ -79,10 +79,7 @@ void run_task(const ForwardArgs& a, const detail::Problem& p, const Tiling& tili
   const std::int64_t hk = task.h / p.group_size();
   const TileLayout transposed{1, R};
 
-  // Scores in base 2: S * scale * log2(e), the factor applied to each sum rather than to Q (which
-  // would give every query element a rounding; at D = 1000 that put the output's error past twice
-  // a naive fp32 implementation's about one run in thirty).
-  const float score_scale = float(p.scale * 1.4426950408889634);
+  // Scores in the natural domain, as the backward recomputes them (score_tile.hpp).
   load_rows_transposed(a.q, seq.batch, seq.q_begin + task.i0, R, R, task.h, 1.0f, w.row_buf.data(), w.qt.data(), R);
   std::fill(w.acc.begin(), w.acc.end(), 0.0f);
   std::fill(w.row_max.begin(), w.row_max.end(), kNegInf);
@@ -95,8 +92,7 @@ void run_task(const ForwardArgs& a, const detail::Problem& p, const Tiling& tili
     const TileCoords t{task.b, task.h, task.i0, R, j0, cols};
     load_rows(a.k, seq.batch, seq.k_begin + j0, cols, cols, hk, 1.0f, w.krows.data(), D);
     gemm(cols, R, D, w.krows.data(), {D, 1}, w.qt.data(), R, w.st.data(), R, false);
-    for (std::int64_t e = 0; e < cols * R; ++e) w.st[e] *= score_scale;
-    finish_scores(p, a.bias, rule, t, cols, transposed, kLog2e, w.st.data(), w.row_buf.data());
+    finish_scores(p, a.bias, rule, t, R, cols, transposed, w.st.data(), w.row_buf.data());
     online_softmax(R, cols, Dv, w);
     if (p.has_dropout()) {
       dropout_tile(p, t, cols, transposed, w.keep.data());
@@ -114,7 +110,7 @@ void run_task(const ForwardArgs& a, const detail::Problem& p, const Tiling& tili
     const float norm = empty ? 0.0f : keep_scale / w.row_sum[r];
     store_rows(a.out, seq.batch, seq.q_begin + task.i0 + r, 1, task.h, arow, Dv, norm);
     if (a.lse.defined()) {
-      const float lse = empty ? kNegInf : (w.row_max[r] + std::log2(w.row_sum[r])) * kLn2;
+      const float lse = empty ? kNegInf : row_lse(w.row_max[r], w.row_sum[r]);
       const std::int64_t off = seq.batch * a.lse.strides[0] + task.h * a.lse.strides[1] +
                                (seq.q_begin + task.i0 + r) * a.lse.strides[2];
       static_cast<float*>(a.lse.data)[off] = lse;

@@ -1,11 +1,21 @@
-// The parts of a score tile that the CPU forward and backward share: adding the bias and applying
-// the mask to scores u * (scale * Q K^T + bias), where the unit u is log2(e) in the forward (whose
-// online softmax works in base 2) and 1 in the backward; and the dropout keep mask of a tile. The tile
-// may be stored either way round (the forward keeps S^T, the backward S): element (r, c) of query
-// row r and key column c lives at s[r * layout.row + c * layout.col].
+// The parts of a score tile that the CPU forward and backward share: the scores
+// S = scale * (Q K^T) + bias with the mask applied, the LSE of a row, and the dropout keep mask of a
+// tile. The tile may be stored either way round (the forward keeps S^T, the backward S): element
+// (r, c) of query row r and key column c lives at s[r * layout.row + c * layout.col].
+//
+// The backward recomputes P = exp(S - LSE) from the forward's LSE, so both passes compute every
+// score bit for bit alike (the same products summed in the same order by gemm, whichever operand
+// is A; the same float scale; the same bias term), and both work in the natural domain, the LSE's.
+// Then the forward's rounding of a score cancels in S - LSE: a row with one dominant key has
+// sum 1, LSE = its score exactly, and P = exp(0) = 1 in the backward as in the forward. Any
+// difference (the forward in base 2 with LSE converted to the natural log, or S scaled differently
+// in the two passes, as before issue 30 case 16) leaves S - LSE off by a few roundings of |S|, about
+// |S| 2^-24 each: dV was off by 1.4e-2 relative at scores of 1e5 in fp32. What remains is the
+// float32 LSE's own rounding on rows whose sum is not 1 (|LSE| 2^-24 at most).
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -30,21 +40,25 @@ struct TileLayout {
   std::int64_t row, col;  // strides of a query row and a key column
 };
 
-// Adds unit * bias and sets masked elements (and key columns at or past t.cols, up to tile_cols)
-// to -inf. row_buf: tile_cols floats of scratch.
+// S = scale * (Q K^T) + bias from the tile of dot products Q K^T: multiplies by the float scale
+// (scaling the sums rather than Q spares every query element a rounding), adds the bias and sets
+// masked elements (and key columns at or past t.cols, up to tile_cols) to -inf. row_buf: tile_cols
+// floats of scratch. The tile is tile_rows x tile_cols in either layout, all of it scaled.
 inline void finish_scores(const detail::Problem& p, const TensorRef& bias, const detail::MaskRule& rule,
-                          const TileCoords& t, std::int64_t tile_cols, TileLayout layout, float unit, float* s,
-                          float* row_buf) {
+                          const TileCoords& t, std::int64_t tile_rows, std::int64_t tile_cols, TileLayout layout,
+                          float* s, float* row_buf) {
+  const float scale = float(p.scale);
+  for (std::int64_t e = 0; e < tile_rows * tile_cols; ++e) s[e] *= scale;
   if (p.has_bias) {
     const std::int64_t jstride = p.bias_broadcast[3] ? 0 : bias.strides[3];
     for (std::int64_t r = 0; r < t.rows; ++r) {
       const std::int64_t off = bias_offset(bias, p.bias_broadcast, t.b, t.h, t.i0 + r, t.j0);
       if (jstride == 1) {
         to_float(static_cast<const char*>(bias.data) + off * std::int64_t(dtype_size(bias.dtype)), bias.dtype,
-                 t.cols, unit, row_buf);
+                 t.cols, 1.0f, row_buf);
       } else {
         for (std::int64_t c = 0; c < t.cols; ++c)
-          row_buf[c] = unit * detail::load_float(bias.data, bias.dtype, off + c * jstride);
+          row_buf[c] = detail::load_float(bias.data, bias.dtype, off + c * jstride);
       }
       float* srow = s + r * layout.row;
       for (std::int64_t c = 0; c < t.cols; ++c) srow[c * layout.col] += row_buf[c];
@@ -58,6 +72,13 @@ inline void finish_scores(const detail::Problem& p, const TensorRef& bias, const
     for (std::int64_t c = 0; c < tile_cols; ++c)
       if (c < lo || c >= hi) srow[c * layout.col] = kNegInf;
   }
+}
+
+// The LSE of a row with running maximum `row_max` and sum of exp(S - row_max) `row_sum`:
+// row_max + log(row_sum) in double, rounded once on storing, so that a sum of exactly 1 gives
+// LSE = row_max exactly.
+inline float row_lse(float row_max, float row_sum) {
+  return float(double(row_max) + std::log(double(row_sum)));
 }
 
 // keep(r, c) = 1 or 0 for the tile's elements, same layout as the scores (columns past t.cols: 0).

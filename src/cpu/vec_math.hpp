@@ -1,5 +1,5 @@
 // Branch-free math for the CPU tiles, written so that the compiler vectorises the loops that call
-// it (libm's exp2f does not vectorise without -ffast-math, which would break -inf handling).
+// it (libm's expf does not vectorise without -ffast-math, which would break -inf handling).
 #pragma once
 
 #include <cmath>
@@ -26,37 +26,19 @@ inline float exp_taylor7_scaled(float t, float n) {
   return p * scale;
 }
 
-// 2^x with about 1e-7 relative error; exactly 0 for x <= -127 (masked scores are -inf) so that
-// masked keys contribute nothing. x = round(x) + f with |f| <= 1/2, 2^f = e^(f ln 2).
-// Defined for every input (no NaN or out-of-range value reaches the integer conversion): the clamp
-// is written so that NaN selects the lower bound (x > lo is false), n stays in [-127, 127] (in
-// (127, 128) the reduced argument grows to ln 2, still about 1e-6), and the final selects give
-// NaN -> NaN, +inf and x >= 128 -> +inf, -inf and x <= -127 -> 0.
-inline float exp2_fast(float x) {
-  constexpr float kUnderflow = -127.0f, kOverflow = 128.0f;
-  const float lo = x > kUnderflow ? x : kUnderflow;
-  const float xc = lo < kOverflow ? lo : kOverflow;
-  const float n = std::nearbyint(lo < 127.0f ? lo : 127.0f);  // (clamping n after rounding is slower)
-  const float t = (xc - n) * 0.69314718055994531f;
-  const float y = exp_taylor7_scaled(t, n);
-  // NaN, +inf and x >= 128 fail x < kOverflow: x * inf is NaN for NaN, +inf otherwise.
-  const float fin = x < kOverflow ? y : x * std::numeric_limits<float>::infinity();
-  return x <= kUnderflow ? 0.0f : fin;
-}
-
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.69314718055994531f;
 
 // e^x with about 1e-7 relative error; exactly 0 for x < -87 (below the smallest normal float;
 // masked scores are -inf). x = n ln 2 + r with n = round(x log2(e)) and r reduced with ln 2 split in
 // two (Cody-Waite: n * kLn2Hi is exact), so that, unlike 2^(x log2(e)), no rounding of x's
 // magnitude reaches the result (at |x| ~ 7 that rounding was a 3e-7 relative error, enough to
 // put the backward's dV past twice a naive fp32 implementation's error about one run in twenty).
-// Defined for every input, as exp2_fast: NaN -> NaN, +inf and x > ln(FLT_MAX) -> +inf, -inf and
-// x < -87 -> 0; n stays in [-126, 127] (for x in (88.37, 88.72] the reduced argument grows to ln 2,
-// still about 1e-6, and only there). The clamps and selects cost about 15% of this function alone
-// (AVX-512 loop over 4096 elements: 0.26-0.27 against 0.23 ns per element; exp2_fast likewise), a
-// small part of a tile's work next to its two matrix products.
+// exp_fast(0) = 1 exactly: the backward's P of a row with one dominant key (score_tile.hpp).
+// Defined for every input (no NaN or out-of-range value reaches the integer conversion): NaN ->
+// NaN, +inf and x > ln(FLT_MAX) -> +inf, -inf and x < -87 -> 0; n stays in [-126, 127] (for x in
+// (88.37, 88.72] the reduced argument grows to ln 2, still about 1e-6, and only there). The clamps
+// and selects cost about 15% of this function alone (AVX-512 loop over 4096 elements: 0.26-0.27
+// against 0.23 ns per element), a small part of a tile's work next to its two matrix products.
 inline float exp_fast(float x) {
   constexpr float kUnderflow = -87.0f, kOverflow = 88.72283935546875f;  // ~ln(FLT_MAX)
   constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 to 15 significant bits

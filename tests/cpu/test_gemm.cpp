@@ -56,5 +56,33 @@ TEST(Gemm, MatchesAFloat64Product) {
           }
 }
 
+// The CPU backward recomputes the forward's scores bit for bit (src/cpu/score_tile.hpp): the
+// forward takes S^T = K Q^T (K as A, Q^T as B), the backward S = Q K^T (Q as A, K^T as B). Both must
+// sum each dot product's products in the same order with the same roundings, full register blocks
+// and ragged edges alike.
+TEST(Gemm, TransposedProductIsBitIdentical) {
+  std::mt19937_64 g(testing::next_seed());
+  std::normal_distribution<float> normal;
+  for (const std::int64_t m : {1, 4, 37, 64})
+    for (const std::int64_t n : {1, 17, 64, 70})
+      for (const std::int64_t k : {1, 33, 96}) {
+        SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
+        // Q [m x k] and K [n x k] row-major, and their transposes.
+        std::vector<float> q(std::size_t(m * k)), kr(std::size_t(n * k)), qt(q.size()), kt(kr.size());
+        for (float& x : q) x = normal(g);
+        for (float& x : kr) x = normal(g);
+        for (std::int64_t r = 0; r < m; ++r)
+          for (std::int64_t kk = 0; kk < k; ++kk) qt[std::size_t(kk * m + r)] = q[std::size_t(r * k + kk)];
+        for (std::int64_t c = 0; c < n; ++c)
+          for (std::int64_t kk = 0; kk < k; ++kk) kt[std::size_t(kk * n + c)] = kr[std::size_t(c * k + kk)];
+        std::vector<float> s(std::size_t(m * n)), st(std::size_t(n * m));
+        gemm(m, n, k, q.data(), {k, 1}, kt.data(), n, s.data(), n, false);
+        gemm(n, m, k, kr.data(), {k, 1}, qt.data(), m, st.data(), m, false);
+        for (std::int64_t r = 0; r < m; ++r)
+          for (std::int64_t c = 0; c < n; ++c)
+            ASSERT_EQ(s[std::size_t(r * n + c)], st[std::size_t(c * m + r)]) << "score (" << r << ", " << c << ")";
+      }
+}
+
 }  // namespace
 }  // namespace memattn::cpu
