@@ -3,24 +3,26 @@
 // overcommits: a huge allocation succeeds and the process dies when it touches the pages).
 #include <omp.h>
 
-#include <fstream>
-#include <string>
+#include <cstdio>
 
 #include "core/memory.hpp"
 #include "core/problem.hpp"
 
 namespace memattn::detail {
 
+// C stdio rather than iostreams: the library has none, and a std::ifstream here crashed the Python
+// package's CPU calls on a machine whose torch loads its libraries globally (torch 2.11, H100 host).
 std::optional<double> host_memory_available() {
-  std::ifstream meminfo("/proc/meminfo");
-  if (!meminfo) return std::nullopt;  // not Linux: no refusal ahead of time, bad_alloc still caught
+  std::FILE* meminfo = std::fopen("/proc/meminfo", "r");
+  if (meminfo == nullptr) return std::nullopt;  // not Linux: no refusal ahead of time
   double available = -1, swap = 0;
-  std::string key, unit;
-  double kib = 0;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") available = kib * 1024;
-    if (key == "SwapFree:") swap = kib * 1024;
+  char line[256];
+  while (std::fgets(line, sizeof line, meminfo) != nullptr) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) available = double(kib) * 1024;
+    if (std::sscanf(line, "SwapFree: %llu kB", &kib) == 1) swap = double(kib) * 1024;
   }
+  std::fclose(meminfo);
   if (available < 0) return std::nullopt;
   return available + swap;
 }
