@@ -74,6 +74,16 @@ std::string shape_text(at::IntArrayRef sizes) {
   return text + "]";
 }
 
+std::string bytes_text(double bytes) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.0f", bytes);
+  return text;
+}
+
+std::string available_text(double available) {
+  return available < 0 ? "the system does not say how much is available" : bytes_text(available) + " are available";
+}
+
 // make() (an at::empty of `sizes`), with a failure to allocate as MemoryError naming what, the
 // bytes needed and the bytes available; make's own message says the device's (CUDA's caching
 // allocator reports its free memory).
@@ -81,25 +91,18 @@ template <class Make>
 at::Tensor allocate(const char* what, at::IntArrayRef sizes, const at::TensorOptions& options, Make&& make) {
   double bytes = double(c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
   for (const std::int64_t n : sizes) bytes *= double(n);
-  char count[32];
-  std::snprintf(count, sizeof count, "%.0f", bytes);
-  const std::string message = std::string("memattn: ") + what + " " + shape_text(sizes) + " needs " + count +
-                              " bytes on " + options.device().str();
+  const std::string message = std::string("memattn: ") + what + " " + shape_text(sizes) + " needs " +
+                              bytes_text(bytes) + " bytes on " + options.device().str();
   const bool host = options.device().is_cpu();
-  const auto available = [] {
-    const double a = host_memory_available();
-    char text[48];
-    std::snprintf(text, sizeof text, "%.0f", a);
-    return a < 0 ? std::string("the system does not say how much is available") : text + std::string(" are available");
-  };
   if (host && bytes >= kCheckedHostBytes) {
-    const double a = host_memory_available();
-    if (a >= 0 && bytes > a) throw MemoryError(message + "; " + available());
+    const double available = host_memory_available();
+    if (available >= 0 && bytes > available) throw MemoryError(message + "; " + available_text(available));
   }
   try {
     return make();
   } catch (const c10::Error& e) {
-    throw MemoryError(message + "; " + (host ? available() : std::string(e.what_without_backtrace())));
+    throw MemoryError(message + "; " +
+                      (host ? available_text(host_memory_available()) : std::string(e.what_without_backtrace())));
   }
 }
 
