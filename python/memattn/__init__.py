@@ -41,7 +41,8 @@ def _int(name: str, value, low: int, high: int) -> int:
 
 
 def _real(name: str, value) -> float:
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    # The common types first: an abstract-class check costs more than the rest of the call's checks.
+    if type(value) is float or type(value) is int or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return float(value)
     raise ValueError(f"memattn: {name} must be a real number (int or float), got {value!r}")
 
@@ -61,8 +62,10 @@ def _window(causal: bool, window: Optional[Tuple[Optional[int], Optional[int]]])
         raise ValueError(f"memattn: window must be (left, right), each an int >= 0 or None, got {window!r}")
     # A side of any size is legal (the library treats one of Mq + Mk or more as unbounded, so it
     # cannot overflow there); the bound is the library's int64.
-    left, right = (None if side is None else _int(f"window {name} (keys {name} of the diagonal; None = unbounded)",
-                                                  side, 0, _INT64_MAX) for name, side in (("left", left), ("right", right)))
+    if left is not None:
+        left = _int("window left (keys left of the diagonal; None = unbounded)", left, 0, _INT64_MAX)
+    if right is not None:
+        right = _int("window right (keys right of the diagonal; None = unbounded)", right, 0, _INT64_MAX)
     if causal:
         if right not in (None, 0):
             raise ValueError(f"memattn: causal=True means window right = 0, got window={window!r}; give one or the "
@@ -155,8 +158,9 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     """Drop-in for torch.nn.functional.scaled_dot_product_attention: [B, H, M, D] tensors, the same
     argument names and semantics (is_causal is top-left aligned; a boolean attn_mask marks the keys
     that take part). GQA works whenever the head counts divide (enable_gqa is accepted)."""
-    return _attention(query, key, value, attn_mask, is_causal, "top_left", None, dropout_p, scale, None, None, None,
-                      False, bhmd=True)[0]
+    _flag("enable_gqa", enable_gqa)
+    return _attention(query, key, value, attn_mask, _flag("is_causal", is_causal), "top_left", None, dropout_p, scale,
+                      None, None, None, False, bhmd=True)[0]
 
 
 def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqstart_q, seqstart_k, seqused_k,
@@ -174,8 +178,9 @@ def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqst
     # None lets the library default it (1/sqrt(D)), and refuse D = 0 with its own message.
     scale = None if scale is None else _real("scale", scale)
     left, right = _window(_flag("causal", causal), window)
-    seqstart_q, seqstart_k, seqused_k = (_index(name, t, q) for name, t in (
-        ("seqstart_q", seqstart_q), ("seqstart_k", seqstart_k), ("seqused_k", seqused_k)))
+    if seqstart_q is not None or seqstart_k is not None or seqused_k is not None:
+        seqstart_q, seqstart_k, seqused_k = (_index("seqstart_q", seqstart_q, q), _index("seqstart_k", seqstart_k, q),
+                                             _index("seqused_k", seqused_k, q))
     rng = None
     if dropout_p > 0.0:  # seed from torch's generator (offset 0: a fresh seed per call)
         rng = torch.cat([torch.randint(0, 2**62, (1,), dtype=torch.int64), torch.zeros(1, dtype=torch.int64)])

@@ -327,6 +327,16 @@ def test_an_unsupported_dtype_is_a_value_error(device):
         memattn.scaled_dot_product_attention(q[0], q[0], q[0])
 
 
+def test_sdpa_flags_are_named_as_sdpa_names_them():
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(ValueError, match="is_causal must be True or False, got 'yes'"):
+        memattn.scaled_dot_product_attention(q, q, q, is_causal="yes")
+    with pytest.raises(ValueError, match="enable_gqa must be True or False, got None"):
+        memattn.scaled_dot_product_attention(q, q, q, enable_gqa=None)
+    with pytest.raises(ValueError, match="scale must be a real number"):
+        memattn.scaled_dot_product_attention(q, q, q, scale="1")
+
+
 def test_varlen_offsets_must_be_int32():
     q = torch.randn(1, 10, 2, 8)
     starts = torch.tensor([0, 4, 10], dtype=torch.int64)
