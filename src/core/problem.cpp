@@ -338,8 +338,8 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
   if (p->has_bias) {
     if (Status s = check_tensor(bias, "bias", "[B, Hq, Mq, Mk]", 4); !s.ok()) return s;
     if (bias.dtype != q.dtype && bias.dtype != DType::f32)
-      return invalid(std::string("bias: dtype ") + to_string(bias.dtype) + " must be " +
-                     to_string(q.dtype) + " (the dtype of q) or f32");
+      return invalid(std::string("bias: dtype ") + to_string(bias.dtype) + " must be " + to_string(q.dtype) +
+                     (q.dtype == DType::f32 ? " (the dtype of q)" : " (the dtype of q) or f32"));
     const std::int64_t full[4] = {p->batch, p->heads_q, p->seqlen_q, p->seqlen_k};
     for (int d = 0; d < 4; ++d) {
       const std::int64_t n = bias.sizes[d];
