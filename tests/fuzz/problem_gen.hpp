@@ -51,7 +51,7 @@ inline std::int64_t length(FuzzedDataProvider& f) {
 
 // One value in 32 replaced by a hostile one.
 inline std::int64_t maybe_hostile(FuzzedDataProvider& f, std::int64_t v) {
-  return f.ConsumeIntegralInRange<int>(0, 31) == 0 ? hostile(f) : v;
+  return f.ConsumeIntegralInRange<int>(0, 31) == 31 ? hostile(f) : v;
 }
 
 struct Dims {
@@ -60,8 +60,8 @@ struct Dims {
 
 inline std::int64_t head_dim(FuzzedDataProvider& f) {
   switch (f.ConsumeIntegralInRange<int>(0, 15)) {
-    case 0: return 0;                                               // refused: D = 0
-    case 1: return f.ConsumeIntegralInRange<std::int64_t>(500, 1100);  // the short-tile path (D + Dv > 1024)
+    case 15: return 0;                                                // refused: D = 0
+    case 14: return f.ConsumeIntegralInRange<std::int64_t>(500, 1100);  // the short-tile path (D + Dv > 1024)
     default: return f.ConsumeIntegralInRange<std::int64_t>(1, 72);
   }
 }
@@ -73,7 +73,7 @@ inline Dims make_dims(FuzzedDataProvider& f) {
   d.Mk = maybe_hostile(f, length(f));
   d.Hk = f.ConsumeIntegralInRange<std::int64_t>(0, 3);
   const std::int64_t group = f.ConsumeIntegralInRange<std::int64_t>(1, 3);
-  d.Hq = d.Hk * group + (f.ConsumeIntegralInRange<int>(0, 15) == 0 ? 1 : 0);  // sometimes not a multiple
+  d.Hq = d.Hk * group + (f.ConsumeIntegralInRange<int>(0, 15) == 15 ? 1 : 0);  // sometimes not a multiple
   d.Hq = maybe_hostile(f, d.Hq);
   d.Hk = maybe_hostile(f, d.Hk);
   d.D = maybe_hostile(f, head_dim(f));
@@ -83,17 +83,17 @@ inline Dims make_dims(FuzzedDataProvider& f) {
 
 inline DType pick_dtype(FuzzedDataProvider& f) {
   switch (f.ConsumeIntegralInRange<int>(0, 31)) {
-    case 0: return static_cast<DType>(f.PickValueInArray({4, -1, 255, std::numeric_limits<int>::max()}));
-    case 1:
-    case 2:
-    case 3: return DType::f64;  // the reference backend's dtype
+    case 31: return static_cast<DType>(f.PickValueInArray({4, -1, 255, std::numeric_limits<int>::max()}));
+    case 30:
+    case 29:
+    case 28: return DType::f64;  // the reference backend's dtype
     default: return f.PickValueInArray({DType::f32, DType::f16, DType::bf16});
   }
 }
 
 // Mostly `like`, sometimes another dtype (a mismatch the library must refuse, or bias's f32).
 inline DType dtype_like(FuzzedDataProvider& f, DType like) {
-  return f.ConsumeIntegralInRange<int>(0, 31) == 0 ? pick_dtype(f) : like;
+  return f.ConsumeIntegralInRange<int>(0, 31) == 31 ? pick_dtype(f) : like;
 }
 
 // a * b + c of non-negative values, saturated at INT64_MAX (huge strides are what the library
@@ -160,14 +160,14 @@ inline void make_tensor_arg(FuzzedDataProvider& f, Buffer* b, const char* name, 
   t.dtype = dtype;
   t.rank = int(sizes.size());
   std::copy(sizes.begin(), sizes.end(), t.sizes);
-  if (f.ConsumeIntegralInRange<int>(0, 31) == 0) {  // one size off: a mismatch to refuse
+  if (f.ConsumeIntegralInRange<int>(0, 31) == 31) {  // one size off: a mismatch to refuse
     const int d = f.ConsumeIntegralInRange<int>(0, t.rank - 1);
     t.sizes[d] = f.ConsumeBool() ? hostile(f) : f.ConsumeIntegralInRange<std::int64_t>(0, 10);
   }
   make_strides(f, &t);
-  if (f.ConsumeIntegralInRange<int>(0, 63) == 0)
+  if (f.ConsumeIntegralInRange<int>(0, 63) == 63)
     t.rank = f.PickValueInArray({0, 1, 2, 3, 4, 5, -1, std::numeric_limits<int>::max()});
-  const bool null_data = f.ConsumeIntegralInRange<int>(0, 31) == 0;
+  const bool null_data = f.ConsumeIntegralInRange<int>(0, 31) == 31;
   // An element offset before the view's first element varies the data pointer's alignment.
   b->allocate(kMaxElements, f.ConsumeIntegralInRange<std::int64_t>(0, 3), null_data);
 }
@@ -222,7 +222,7 @@ inline void make_varlen(FuzzedDataProvider& f, VarlenGen* g) {
   g->total_k = sk + f.ConsumeIntegralInRange<int>(0, 2);
   g->has_used = f.ConsumeBool();
   const auto corrupt = [&](std::vector<std::int32_t>* v) {
-    if (v->empty() || f.ConsumeIntegralInRange<int>(0, 15) != 0) return;
+    if (v->empty() || f.ConsumeIntegralInRange<int>(0, 15) != 15) return;
     (*v)[std::size_t(f.ConsumeIntegralInRange<std::size_t>(0, v->size() - 1))] = f.PickValueInArray<std::int32_t>(
         {-1, std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max(), 0, 1000});
   };
@@ -232,19 +232,19 @@ inline void make_varlen(FuzzedDataProvider& f, VarlenGen* g) {
   // The views: sizes n + 1, n + 1 and n, strides 1 or wider; sometimes a size, stride or pointer
   // is wrong, or a view missing.
   const auto view = [&](Index* x, const std::vector<std::int32_t>& values) {
-    std::int64_t size = std::int64_t(values.size()), stride = f.ConsumeIntegralInRange<int>(0, 7) == 0 ? 3 : 1;
+    std::int64_t size = std::int64_t(values.size()), stride = f.ConsumeIntegralInRange<int>(0, 7) == 7 ? 3 : 1;
     switch (f.ConsumeIntegralInRange<int>(0, 47)) {
-      case 0: size = f.PickValueInArray<std::int64_t>({0, -1, size - 1, size + 1, std::int64_t(1) << 40}); break;
-      case 1: stride = f.PickValueInArray<std::int64_t>({0, -1, std::int64_t(1) << 62}); break;
+      case 47: size = f.PickValueInArray<std::int64_t>({0, -1, size - 1, size + 1, std::int64_t(1) << 40}); break;
+      case 46: stride = f.PickValueInArray<std::int64_t>({0, -1, std::int64_t(1) << 62}); break;
       default: break;
     }
-    x->make(values, size, stride, f.ConsumeIntegralInRange<int>(0, 47) == 0);
+    x->make(values, size, stride, f.ConsumeIntegralInRange<int>(0, 47) == 47);
   };
   view(&g->q, g->seqstart_q);
   view(&g->k, g->seqstart_k);
   view(&g->used, g->seqused_k);
-  if (f.ConsumeIntegralInRange<int>(0, 31) == 0) g->q.make({}, 0, 1, true);  // seqstart_q missing
-  if (f.ConsumeIntegralInRange<int>(0, 31) == 0) g->k.make({}, 0, 1, true);  // seqstart_k missing
+  if (f.ConsumeIntegralInRange<int>(0, 31) == 31) g->q.make({}, 0, 1, true);  // seqstart_q missing
+  if (f.ConsumeIntegralInRange<int>(0, 31) == 31) g->k.make({}, 0, 1, true);  // seqstart_k missing
 }
 
 inline void apply_varlen(const VarlenGen& g, Options* o) {
@@ -268,7 +268,7 @@ inline std::int64_t window(FuzzedDataProvider& f) {
 inline void make_options(FuzzedDataProvider& f, Options* o) {
   o->mask.window_left = window(f);
   o->mask.window_right = window(f);
-  o->mask.alignment = f.ConsumeIntegralInRange<int>(0, 63) == 0
+  o->mask.alignment = f.ConsumeIntegralInRange<int>(0, 63) == 63
                           ? static_cast<Alignment>(f.PickValueInArray({2, -1, 1000}))
                           : (f.ConsumeBool() ? Alignment::bottom_right : Alignment::top_left);
   constexpr double kNaN = std::numeric_limits<double>::quiet_NaN(), kInf = std::numeric_limits<double>::infinity();
@@ -280,7 +280,7 @@ inline void make_options(FuzzedDataProvider& f, Options* o) {
     default: o->dropout.p = f.ConsumeProbability<double>() * 0.95; break;
   }
   o->dropout.seed = f.ConsumeIntegral<std::uint64_t>();
-  o->dropout.offset = f.ConsumeIntegralInRange<int>(0, 15) == 0 ? f.ConsumeIntegral<std::uint64_t>()
+  o->dropout.offset = f.ConsumeIntegralInRange<int>(0, 15) == 15 ? f.ConsumeIntegral<std::uint64_t>()
                                                                 : f.ConsumeIntegralInRange<std::uint64_t>(0, 1000);
   switch (f.ConsumeIntegralInRange<int>(0, 7)) {
     case 0:
@@ -291,12 +291,14 @@ inline void make_options(FuzzedDataProvider& f, Options* o) {
       break;
     default: o->scale = (f.ConsumeProbability<double>() - 0.5) * 8.0; break;
   }
-  switch (f.ConsumeIntegralInRange<int>(0, 15)) {
-    case 0: o->backend = Backend::cuda; break;  // a CPU-only build refuses it
+  switch (f.ConsumeIntegralInRange<int>(0, 31)) {
+    case 31: o->backend = static_cast<Backend>(f.PickValueInArray({4, -1, 1000})); break;  // not a Backend
+    case 30:
+    case 15: o->backend = Backend::cuda; break;  // a CPU-only build refuses it
+    case 0:
     case 1:
     case 2:
-    case 3:
-    case 4: o->backend = Backend::automatic; break;
+    case 3: o->backend = Backend::automatic; break;
     case 5:
     case 6:
     case 7:
@@ -304,7 +306,7 @@ inline void make_options(FuzzedDataProvider& f, Options* o) {
     case 9: o->backend = Backend::reference; break;
     default: o->backend = Backend::cpu; break;
   }
-  if (f.ConsumeIntegralInRange<int>(0, 31) == 0)
+  if (f.ConsumeIntegralInRange<int>(0, 31) == 31)
     o->overrides.kernel = f.PickValueInArray<std::string>({"fwd_sm80_bf16_d64_m128n64w4_vec_plain", "bwd_sm80_x", "x", " "});
   o->overrides.l2_sized_groups = f.ConsumeBool();
   o->overrides.split_last_wave = f.ConsumeBool();

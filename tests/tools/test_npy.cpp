@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "workload/npy.hpp"
 
@@ -111,6 +112,52 @@ TEST(Npy, TrailingBytesAreRefused) {
   EXPECT_NE(s.message().find("4 bytes after the data"), std::string::npos) << s.message();
   write_raw(temp_path("exact.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", f, 12);
   EXPECT_TRUE(read_npy(temp_path("exact.npy"), &a).ok());
+}
+
+// A shape is decimal dimensions and commas, as numpy writes it; found by the fuzz target
+// (tests/fuzz/fuzz_tools.cpp): "(2x,)" read as (2,), and "(,3)" as (3,).
+TEST(Npy, MalformedShapesAreRefused) {
+  const float f[6] = {1, 2, 3, 4, 5, 6};
+  NpyArray a;
+  for (const char* shape : {"(2x,)", "(,2)", "(1 2,)", "(-2,)", "(2.0,)", "(99999999999999999999,)", "(0x2,)"}) {
+    write_raw(temp_path("bad_shape.npy"), 1,
+              std::string("{'descr': '<f4', 'fortran_order': False, 'shape': ") + shape + ", }", f, 8);
+    const Status s = read_npy(temp_path("bad_shape.npy"), &a);
+    EXPECT_FALSE(s.ok()) << shape;
+    EXPECT_NE(s.message().find("bad shape"), std::string::npos) << shape << ": " << s.message();
+  }
+  // What numpy writes (and Python 2's long suffix) still reads.
+  for (const char* shape : {"(2,)", "(1, 2)", "(2L,)", "( 2 , )"}) {
+    write_raw(temp_path("good_shape.npy"), 1,
+              std::string("{'descr': '<f4', 'fortran_order': False, 'shape': ") + shape + ", }", f, 8);
+    EXPECT_TRUE(read_npy(temp_path("good_shape.npy"), &a).ok()) << shape;
+  }
+  write_raw(temp_path("scalar.npy"), 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", f, 4);
+  ASSERT_TRUE(read_npy(temp_path("scalar.npy"), &a).ok());
+  EXPECT_TRUE(a.shape.empty());
+}
+
+// A header longer than format 1.0's 2-byte length (thousands of dimensions) is written in format
+// 2.0, and reads back; format 1.0 wrapped its length and wrote a file that does not read.
+TEST(Npy, LongHeadersAreWrittenInFormat2) {
+  NpyArray a;
+  a.descr = "<f4";
+  a.shape.assign(40000, 1);  // "1," each: an 80,000-byte header
+  a.data.assign(4, 0);
+  std::ostringstream out;
+  ASSERT_TRUE(write_npy(out, "long.npy", a).ok());
+  EXPECT_EQ(out.str()[6], 2) << "format version";
+  EXPECT_EQ((out.str().find('\n') + 1) % 64, 0u) << "the header pads to a multiple of 64 bytes";
+  std::istringstream in(out.str());
+  NpyArray b;
+  const Status s = read_npy(in, "long.npy", &b);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(b.shape, a.shape);
+  EXPECT_EQ(b.data, a.data);
+  // A short header keeps format 1.0.
+  std::ostringstream small;
+  ASSERT_TRUE(write_npy(small, "small.npy", make_npy_f32({2}, {1, 2})).ok());
+  EXPECT_EQ(small.str()[6], 1);
 }
 
 }  // namespace

@@ -140,6 +140,7 @@ void clamp_windows(tools::ProblemSpec* s) {
 }
 
 std::int64_t available_host_bytes(std::string* source) {
+  *source = "unknown";
   std::int64_t avail = -1;
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
@@ -170,11 +171,11 @@ std::int64_t available_host_bytes(std::string* source) {
   return avail;
 }
 
-Status check_host_memory(const tools::ProblemSpec& s, bool loaded) {
+Status check_host_memory(const tools::ProblemSpec& s, bool loaded, std::int64_t limit) {
   std::int64_t needed = 0;
   const bool fits_int64 = tools::workload_bytes(s, &needed);
-  std::string source = "unknown";
-  const std::int64_t avail = available_host_bytes(&source);
+  std::string source = "the caller's limit";
+  const std::int64_t avail = limit >= 0 ? limit : available_host_bytes(&source);
   if (fits_int64 && (avail < 0 || needed <= avail)) return Status::Ok();
   // Name the largest size: the flag to reduce.
   std::string culprit;

@@ -52,9 +52,9 @@ Status make_spec(const ProblemFlags& flags, tools::ProblemSpec* spec);
 void clamp_windows(tools::ProblemSpec* spec);
 
 // Refuses, before anything is allocated, a problem whose host tensors (workload_bytes) overflow
-// or exceed the memory available; the message names the largest size flag (or --load), the bytes
-// needed and the bytes available.
-Status check_host_memory(const tools::ProblemSpec& spec, bool loaded);
+// or exceed the memory available (or `limit` bytes, when it is >= 0); the message names the
+// largest size flag (or --load), the bytes needed and the bytes available.
+Status check_host_memory(const tools::ProblemSpec& spec, bool loaded, std::int64_t limit = -1);
 
 // Validators of run's own flags: an integer >= 0, a value that is not empty.
 CLI::Validator count_at_least_zero();

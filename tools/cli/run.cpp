@@ -96,8 +96,8 @@ void add_run_flags(CLI::App* app, RunOptions* o) {
   app->add_flag("--json", o->json, "Print one machine-readable result line on stdout");
 }
 
-// Builds the problem for a backend: spec from the flags (or --load), inputs, device mirror.
-Status prepare(RunOptions& o, Backend backend, tools::ProblemSpec* spec, std::unique_ptr<tools::Workload>* w) {
+Status prepare(RunOptions& o, Backend backend, tools::ProblemSpec* spec, std::unique_ptr<tools::Workload>* w,
+               std::int64_t host_limit) {
   apply_backend_defaults(&o.problem, backend);
   if (Status s = make_spec(o.problem, spec); !s.ok()) return s;
   LoadedInputs loaded;
@@ -105,7 +105,7 @@ Status prepare(RunOptions& o, Backend backend, tools::ProblemSpec* spec, std::un
     if (Status s = load_inputs(o.load_dir, spec, &loaded); !s.ok()) return s;
   spec->backend = backend;
   clamp_windows(spec);  // against the final lengths (those of the files with --load)
-  if (Status s = check_host_memory(*spec, !o.load_dir.empty()); !s.ok()) return s;
+  if (Status s = check_host_memory(*spec, !o.load_dir.empty(), host_limit); !s.ok()) return s;
   *w = std::make_unique<tools::Workload>(*spec);
   if (!o.load_dir.empty()) fill_inputs(loaded, w->get());
   else (*w)->fill_inputs(kInputSeed);

@@ -1,5 +1,7 @@
 #include "workload/npy.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -78,6 +80,10 @@ double NpyArray::get(std::int64_t e) const {
 Status read_npy(const std::string& path, NpyArray* array) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail(path, "cannot open");
+  return read_npy(in, path, array);
+}
+
+Status read_npy(std::istream& in, const std::string& path, NpyArray* array) {
   char magic[8];
   if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) return fail(path, "not a .npy file");
   const int major = static_cast<unsigned char>(magic[6]);
@@ -107,16 +113,22 @@ Status read_npy(const std::string& path, NpyArray* array) {
   array->shape.clear();
   std::stringstream ss(shape);
   std::string item;
-  while (std::getline(ss, item, ',')) {
-    const std::size_t first = item.find_first_not_of(' ');
-    if (first == std::string::npos) continue;
-    try {
-      const long long v = std::stoll(item.substr(first));
-      if (v < 0) return fail(path, "negative dimension in shape");
-      array->shape.push_back(v);
-    } catch (...) {
-      return fail(path, "bad shape '" + shape + "'");
-    }
+  // Decimal dimensions separated by commas, as numpy writes them: "()", "(4,)", "(2, 3)" (an
+  // old "3L" too). Anything else in the tuple is refused rather than half read ("2x" as 2).
+  std::vector<std::string> items;
+  while (std::getline(ss, item, ',')) items.push_back(item);
+  for (std::size_t n = 0; n < items.size(); ++n) {
+    std::string text = items[n];
+    text.erase(0, std::min(text.find_first_not_of(' '), text.size()));
+    text.erase(std::min(text.find_last_not_of(' ') + 1, text.size()));
+    if (!text.empty() && text.back() == 'L') text.pop_back();
+    if (text.empty() && n + 1 == items.size() && n > 0) break;  // the comma of "(4,)"
+    long long v = 0;
+    const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || text[0] == '-' || r.ec != std::errc() || r.ptr != text.data() + text.size())
+      return fail(path, "bad shape '(" + shape + ")': dimension " + std::to_string(n) + " is '" + items[n] +
+                            "', not a non-negative integer");
+    array->shape.push_back(v);
   }
   // The header's shape against the bytes the file holds, before anything is allocated: a header
   // may claim any size.
@@ -146,20 +158,28 @@ Status read_npy(const std::string& path, NpyArray* array) {
 }
 
 Status write_npy(const std::string& path, const NpyArray& array) {
+  std::ofstream out(path, std::ios::binary);
+  if (!out) return fail(path, "cannot create");
+  return write_npy(out, path, array);
+}
+
+Status write_npy(std::ostream& out, const std::string& path, const NpyArray& array) {
   std::ostringstream h;
   h << "{'descr': '" << array.descr << "', 'fortran_order': False, 'shape': (";
   for (std::size_t d = 0; d < array.shape.size(); ++d) h << array.shape[d] << (array.shape.size() == 1 || d + 1 < array.shape.size() ? "," : "");
   h << "), }";
   std::string header = h.str();
-  // Pad with spaces so that magic (6) + version (2) + length (2) + header + '\n' is a multiple of 64.
-  const std::size_t total = 10 + header.size() + 1;
+  // Format 1.0 stores the header's length in 2 bytes; a longer header (thousands of dimensions)
+  // takes format 2.0's 4 bytes, as numpy does.
+  const bool v2 = header.size() + 1 + 64 > 0xffff;
+  const std::size_t prefix_len = v2 ? 12 : 10;
+  // Pad with spaces so that magic (6) + version (2) + length + header + '\n' is a multiple of 64.
+  const std::size_t total = prefix_len + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  std::ofstream out(path, std::ios::binary);
-  if (!out) return fail(path, "cannot create");
-  const unsigned char prefix[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<unsigned char>(header.size() & 0xff),
-                                    static_cast<unsigned char>(header.size() >> 8)};
-  out.write(reinterpret_cast<const char*>(prefix), 10);
+  unsigned char prefix[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', static_cast<unsigned char>(v2 ? 2 : 1), 0};
+  for (std::size_t b = 0; b + 8 < prefix_len; ++b) prefix[8 + b] = static_cast<unsigned char>(header.size() >> (8 * b));
+  out.write(reinterpret_cast<const char*>(prefix), std::streamsize(prefix_len));
   out.write(header.data(), std::streamsize(header.size()));
   out.write(reinterpret_cast<const char*>(array.data.data()), std::streamsize(array.data.size()));
   if (!out) return fail(path, "write failed");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ struct NpyArray {
 
 Status read_npy(const std::string& path, NpyArray* array);
 Status write_npy(const std::string& path, const NpyArray& array);
+// The same on a seekable stream (a file, or bytes in memory as the fuzz target gives them);
+// `name` stands for the path in messages.
+Status read_npy(std::istream& in, const std::string& name, NpyArray* array);
+Status write_npy(std::ostream& out, const std::string& name, const NpyArray& array);
 
 // A float32 array of the given shape.
 NpyArray make_npy_f32(const std::vector<std::int64_t>& shape, const std::vector<float>& values);
