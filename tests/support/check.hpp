@@ -20,8 +20,10 @@ struct CheckOptions {
 
 void check_case(const tools::ProblemSpec& spec, const CheckOptions& options = {});
 
-// One forward, then `runs` backwards with poisoned gradients: every run's dq, dk, dv (and dbias)
-// must be bit-identical to the first. Skips (with the reason) when the backend has no backward.
-void check_backward_bit_identical(const tools::ProblemSpec& spec, int runs);
+// `runs` times a forward and a backward from poisoned outputs: every run's dq, dk, dv (and dbias)
+// must be bit-identical to the first, whose gradients must be finite and match the reference.
+// With skip_unsupported, skips (with the library's reason) when the backend has no kernel for the
+// problem; otherwise that fails.
+void check_backward_bit_identical(const tools::ProblemSpec& spec, int runs, bool skip_unsupported = false);
 
 }  // namespace memattn::testing
