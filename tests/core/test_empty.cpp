@@ -5,6 +5,7 @@
 // math attention does (no crash).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <tuple>
@@ -220,14 +221,21 @@ TEST(NonFinite, CpuForwardWithHugeScale) {
   Fwd cpu(s), ref(s);
   for (Fwd* f : {&cpu, &ref})
     for (std::size_t i = 0; i < f->k.data.size(); ++i) f->k.data[i] = 0.05f * float(i % 5) - 0.1f;
+  // The float32 path gives NaN here, which the usual NaN poison of an output it never wrote would
+  // hold too: a finite poison tells the two apart.
+  constexpr float kUnwritten = 12345.0f;
+  for (Host* h : {&cpu.out, &cpu.lse}) std::fill(h->data.begin(), h->data.end(), kUnwritten);
   ForwardArgs a = cpu.args(Backend::cpu), r = ref.args(Backend::reference);
   a.scale = r.scale = 1e308;
   ASSERT_TRUE(forward(a).ok());
   ASSERT_TRUE(forward(r).ok());
   for (std::size_t i = 0; i < cpu.out.data.size(); ++i) {
+    EXPECT_NE(cpu.out.data[i], kUnwritten) << "out[" << i << "] not written";
     if (std::isnan(ref.out.data[i])) EXPECT_TRUE(std::isnan(cpu.out.data[i])) << i;
     else if (!std::isnan(cpu.out.data[i])) EXPECT_NEAR(cpu.out.data[i], ref.out.data[i], 1e-5) << i;
   }
+  for (std::size_t i = 0; i < cpu.lse.data.size(); ++i)
+    EXPECT_NE(cpu.lse.data[i], kUnwritten) << "lse[" << i << "] not written";
 }
 
 // Inputs with distinct, small values (no ties), so that the CPU path and the reference agree to
@@ -329,8 +337,11 @@ TEST(VarlenEdges, HugeWindowsLimitNothing) {
       run_varlen(&a, Backend::cpu, vl, huge);
       run_varlen(&b, Backend::cpu, vl, plain);
       for (const auto& [x, y] : {std::pair{&a.out, &b.out}, std::pair{&a.lse, &b.lse}, std::pair{&a.dq, &b.dq},
-                                 std::pair{&a.dk, &b.dk}, std::pair{&a.dv, &b.dv}})
+                                 std::pair{&a.dk, &b.dk}, std::pair{&a.dv, &b.dv}}) {
+        // Both start as NaN bytes: two runs that left an element unwritten would compare equal.
+        for (std::size_t i = 0; i < x->data.size(); ++i) ASSERT_FALSE(std::isnan(x->data[i])) << "element " << i;
         ASSERT_EQ(0, std::memcmp(x->data.data(), y->data.data(), x->data.size() * sizeof(float)));
+      }
     }
 }
 

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "memattn/dropout.hpp"
 #include "support/check.hpp"
 #include "workload/workload.hpp"
@@ -47,6 +50,13 @@ void check_dropout_masks(Backend backend, bool backward, DType dtype, const Kern
   }
   ASSERT_TRUE(w.copy_outputs_to_host().ok());
   const std::vector<double> out = w.to_double(tools::Tensor::out), dv = w.to_double(tools::Tensor::dv);
+  // An element reads as kept when it is not 0, which the NaN poison of an unwritten (or a NaN)
+  // element also is: every element read must be finite.
+  const auto non_finite = [](const std::vector<double>& x) {
+    return std::count_if(x.begin(), x.end(), [](double e) { return !std::isfinite(e); });
+  };
+  ASSERT_EQ(non_finite(out), 0) << "out: elements not finite";
+  if (backward) ASSERT_EQ(non_finite(dv), 0) << "dv: elements not finite";
   std::int64_t mismatches = 0, kept = 0;
   for (std::int64_t b = 0; b < s.batch; ++b)
     for (std::int64_t h = 0; h < s.heads_q; ++h)
