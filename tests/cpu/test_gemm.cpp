@@ -75,7 +75,8 @@ TEST(Gemm, TransposedProductIsBitIdentical) {
           for (std::int64_t kk = 0; kk < k; ++kk) qt[std::size_t(kk * m + r)] = q[std::size_t(r * k + kk)];
         for (std::int64_t c = 0; c < n; ++c)
           for (std::int64_t kk = 0; kk < k; ++kk) kt[std::size_t(kk * n + c)] = kr[std::size_t(c * k + kk)];
-        std::vector<float> s(std::size_t(m * n)), st(std::size_t(n * m));
+        // Poisoned: products left unwritten in both would otherwise compare equal (as zeros).
+        std::vector<float> s(std::size_t(m * n), NAN), st(std::size_t(n * m), NAN);
         gemm(m, n, k, q.data(), {k, 1}, kt.data(), n, s.data(), n, false);
         gemm(n, m, k, kr.data(), {k, 1}, qt.data(), m, st.data(), m, false);
         for (std::int64_t r = 0; r < m; ++r)

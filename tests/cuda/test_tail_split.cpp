@@ -35,6 +35,7 @@ TEST(TailSplit, KeepsANearlyFullLastWave) { EXPECT_EQ(plan_tail_split(132 + 131,
 // Over many shapes: the split tiles are the last wave's, parts keep kMinPartSteps steps, and the
 // modelled end of the split wave comes before one whole tile's time.
 TEST(TailSplit, EveryChoiceEndsBeforeAWholeTile) {
+  int splits = 0;  // the checks below the `continue` run for split shapes only
   for (std::int64_t resident : {66, 132, 264})
     for (std::int64_t tiles = resident; tiles < 5 * resident; tiles += 7)
       for (std::int64_t steps : {8, 16, 31, 128, 1000}) {
@@ -43,6 +44,7 @@ TEST(TailSplit, EveryChoiceEndsBeforeAWholeTile) {
           EXPECT_EQ(t.first, tiles);
           continue;
         }
+        ++splits;
         const std::int64_t tail = tiles - t.first;
         EXPECT_EQ(tail, tiles % resident);
         EXPECT_LE(t.parts, kMaxTailParts);
@@ -51,6 +53,7 @@ TEST(TailSplit, EveryChoiceEndsBeforeAWholeTile) {
         const double part_steps = double(steps) / t.parts + kPartOverheadSteps + (t.parts - 1);
         EXPECT_LT(waves * part_steps, double(steps)) << tiles << " tiles, " << steps << " steps";
       }
+  EXPECT_GT(splits, 0);
 }
 
 }  // namespace
