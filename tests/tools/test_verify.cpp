@@ -55,6 +55,11 @@ TEST(Verify, PassesOnTheCpuPathAndFailsOnABadElement) {
   for (const char* name : {"out", "lse"}) EXPECT_NE(line(fwd, name), nullptr) << name;
   for (const char* name : {"dq", "dk", "dv", "dbias"}) EXPECT_NE(line(bwd, name), nullptr) << name;
   EXPECT_EQ(line(bwd, "dq")->tolerance, 2 * line(fwd, "out")->tolerance) << "gradients get twice the outputs' limit";
+  // compare() skips the elements the reference leaves NaN: a line that compared nothing would pass.
+  for (const VerifyReport* r : {&fwd, &bwd})
+    for (const CheckLine& l : r->lines)
+      for (Tensor t : {Tensor::out, Tensor::lse, Tensor::dq, Tensor::dk, Tensor::dv, Tensor::dbias})
+        if (l.name == to_string(t)) EXPECT_EQ(l.error.compared, w.host(t).view.numel()) << l.name << ": elements compared";
 
   poke(w, Tensor::out, 17, std::numeric_limits<float>::quiet_NaN());
   VerifyReport unwritten;
