@@ -2,10 +2,16 @@
 # The whole test suite: install what is missing, build, and run CTest. With nvcc present the CUDA
 # backend is built from the reduced kernel list (one row per kernel kind, so every kernel family
 # compiles in minutes); GPU tests skip without a GPU. Extra arguments go to CMake (e.g. ./test.sh -DMEMATTN_KERNELS=all
-# on a GPU machine).
+# on a GPU machine). Then scripts/sanitizers.sh: the CPU suite under ASan+UBSan with GCC and
+# clang, and bounded libFuzzer runs.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/install_deps.sh
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_KERNELS=reduced "$@" >/dev/null
 cmake --build build-test
 ctest --test-dir build-test --output-on-failure -j "$(nproc)"
+# The CPU test suite under ASan+UBSan (GCC and clang) and bounded fuzz runs (issue 30 #4);
+# MEMATTN_SANITIZERS=0 skips them for a quick local run (CI runs everything).
+if [[ ${MEMATTN_SANITIZERS:-1} != 0 ]]; then
+  scripts/sanitizers.sh
+fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what memattn builds with, where it is missing, on a Debian/Ubuntu machine:
-# CMake, Ninja, a C++17 compiler with OpenMP, CLI11 and GoogleTest (Debian packages), and, when
+# CMake, Ninja, a C++17 compiler with OpenMP, CLI11 and GoogleTest (Debian packages), clang with
+# libFuzzer, its sanitizer runtimes and OpenMP (the sanitizer builds of ./test.sh), and, when
 # nvcc is present, the CUTLASS/CuTe headers (PyPI nvidia-cutlass, installed with --no-deps).
 set -euo pipefail
 
@@ -12,10 +13,24 @@ command -v ninja >/dev/null || packages+=(ninja-build)
 command -v g++ >/dev/null || packages+=(g++)
 [[ -f /usr/include/CLI/CLI.hpp ]] || packages+=(libcli11-dev)
 [[ -f /usr/include/gtest/gtest.h ]] || packages+=(libgtest-dev)
-if ((${#packages[@]})); then
-  echo "install_deps: installing ${packages[*]}"
+command -v clang++ >/dev/null || packages+=(clang)  # the sanitizer builds of scripts/sanitizers.sh
+apt_install() {
+  echo "install_deps: installing $*"
   sudo_if_needed apt-get update -qq
-  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
+  sudo_if_needed env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+if ((${#packages[@]})); then apt_install "${packages[@]}"; fi
+
+# clang's libFuzzer, sanitizer runtimes and OpenMP come in packages named by its major version
+# (Debian 12: libclang-rt-14-dev, libomp-14-dev); a probe build tells whether they are there.
+clang_probe() {
+  printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' |
+    clang++ -x c++ -fsanitize=fuzzer,address,undefined -fopenmp - -o /dev/null 2>/dev/null
+}
+if ! clang_probe; then
+  major=$(clang++ -dumpversion | cut -d. -f1)
+  apt_install "libclang-rt-$major-dev" "libomp-$major-dev"
+  clang_probe || { echo "install_deps: clang++ cannot build a libFuzzer target with ASan, UBSan and OpenMP" >&2; exit 1; }
 fi
 
 nvcc_bin=$(command -v nvcc || true)

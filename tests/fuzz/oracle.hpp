@@ -202,6 +202,9 @@ class Oracle {
     row_vis_.assign(std::size_t(B_ * Mq_), false);
     key_seen_.assign(std::size_t(B_ * Mk_), false);
     for (const Seq& s : seqs_) {
+      // Row i sees the keys [lo, hi]; the keys seen by some row, counted with a difference array
+      // (+1 at lo, -1 past hi), so that this is O(Mq + Mk), not O(Mq Mk).
+      std::vector<std::int64_t> starts(std::size_t(s.k_len) + 1, 0);
       const __int128 shift = bottom_right_ ? __int128(s.k_len) - s.q_len : 0;
       for (std::int64_t i = 0; i < s.q_len; ++i) {
         const __int128 diag = i + shift;
@@ -209,8 +212,12 @@ class Oracle {
         const __int128 hi = right_ == kUnbounded ? __int128(s.k_len) - 1 : std::min<__int128>(__int128(s.k_len) - 1, diag + right_);
         if (lo > hi) continue;
         row_vis_[std::size_t(s.batch * Mq_ + s.q_begin + i)] = true;
-        for (__int128 j = lo; j <= hi; ++j) key_seen_[std::size_t(s.batch * Mk_ + s.k_begin + std::int64_t(j))] = true;
+        ++starts[std::size_t(lo)];
+        --starts[std::size_t(hi) + 1];
       }
+      std::int64_t open = 0;
+      for (std::int64_t j = 0; j < s.k_len; ++j)
+        if ((open += starts[std::size_t(j)]) > 0) key_seen_[std::size_t(s.batch * Mk_ + s.k_begin + j)] = true;
     }
   }
   bool row_visible(std::int64_t b, std::int64_t i) const { return row_vis_[std::size_t(b * Mq_ + i)]; }
