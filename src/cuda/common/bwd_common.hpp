@@ -206,13 +206,18 @@ __device__ __forceinline__ KvWorkItem decode_kv_work(const BwdParams& p, std::in
   return w;
 }
 
-// A row's LSE as the gradient kernels use it: base 2, and +inf for rows that see no key (LSE
-// -inf), so that their P is 0.
+// A row's LSE as the gradient kernels use it: base 2 (natural for kNaturalLse rows), and +inf for
+// rows that see no key (LSE -inf), so that their P is 0.
 __device__ __forceinline__ float lse_base2(float lse) { return lse == -INFINITY ? INFINITY : lse * kLog2e; }
+template <class Element>
+__device__ __forceinline__ float staged_lse(float lse) {
+  if constexpr (kNaturalLse<Element>) return lse == -INFINITY ? INFINITY : lse;
+  return lse_base2(lse);
+}
 
-// Per-query statistics of one query tile, staged in shared memory: LSE in base 2 (lse_base2;
-// +inf for rows past the tile's end too) and delta.
-template <int kRows>
+// Per-query statistics of one query tile, staged in shared memory: LSE (staged_lse; +inf for rows
+// past the tile's end too) and delta.
+template <class Element, int kRows>
 __device__ __forceinline__ void load_row_stats(const BwdParams& p, const SequenceInfo& seq, int h, std::int64_t m0,
                                                int rows, float* lse2, float* delta) {
   for (int r = threadIdx.x; r < kRows; r += blockDim.x) {
@@ -220,7 +225,7 @@ __device__ __forceinline__ void load_row_stats(const BwdParams& p, const Sequenc
     if (r < rows) {
       const std::int64_t row = seq.q_begin + m0 + r;
       l = *lse_at(p, seq.batch, row, h);
-      l = lse_base2(l);
+      l = staged_lse<Element>(l);
       d = *delta_at(p, seq.batch, row, h);
     }
     lse2[r] = l;
@@ -281,7 +286,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   if constexpr (!kScaleInExp)
     transform_scores<Element, bias_code(kFeatures), kScoreRows>(p, rule, t, masked, s, coord, shared_bias,
                                                                 natural_units(p));
-  const float exp_scale = kScaleInExp ? p.scale_log2 : kLog2e;
+  [[maybe_unused]] const float exp_scale = kScaleInExp ? p.scale_log2 : kLog2e;
   const bool dropout = (kFeatures & kDropout) != 0 && p.dropout;
   const std::uint64_t bh = std::uint64_t(t.b) * std::uint64_t(p.heads_q) + std::uint64_t(t.h);
   [[maybe_unused]] std::uint64_t keep_bits = 0;
@@ -310,7 +315,16 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
     std::int64_t i, j;
     query_key<kScoreRows>(t, coord, e, &i, &j);
     const int r = int(i - t.m0);
-    const float prob = kIn == ScoresIn::probabilities ? s(e) : fast_exp2(fmaf(s(e), exp_scale, -lse2[r]));
+    float prob;
+    if constexpr (kIn == ScoresIn::probabilities) {
+      prob = s(e);
+    } else if constexpr (kNaturalLse<Element>) {
+      // The forward's natural score, rounded as it rounds it; s - LSE is exact for a dominant key.
+      const float natural = kScaleInExp ? s(e) * p.scale : s(e);
+      prob = fast_exp2((natural - lse2[r]) * kLog2e);
+    } else {
+      prob = fast_exp2(fmaf(s(e), exp_scale, -lse2[r]));
+    }
     bool keep = true;
     if constexpr ((kFeatures & kDropoutPaired) != 0) keep = !dropout || ((keep_bits >> e) & 1) != 0;
     else keep = !dropout || dropout_keeps(p, bh, i, j);

@@ -109,6 +109,7 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
   using Storage = OnePassBwdSharedStorage<Traits, kFeatures>;
   constexpr int kQueries = Traits::kBlockM, kKeys = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   static_assert(kQueries <= Traits::kThreads, "one thread per query row stages the row statistics");
+  static_assert(!kNaturalLse<Element>, "one-pass rows are 16-bit: stage_row_stat stages base-2 LSEs");
   constexpr int kSplit = Traits::kHeadSplit;
   const sm90::HeadDimShare share = sm90::head_dim_share<kHeadDim, Traits::kHeadSplit>(p);
   const int rank = share.rank, col0 = share.col0, qk_cols = share.qk_cols, v_cols = share.v_cols;

@@ -14,18 +14,17 @@
 #include "cuda/common/fwd_common.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/score_tile.hpp"
+#include "cuda/common/softmax.hpp"
 
 namespace memattn::cuda {
 
 using namespace cute;
 
-constexpr float kLog2e = 1.4426950408889634f;
-
 // The units transform_scores leaves scores in: s <- s * score + bias * this->bias. Log2 units
-// (log2_units) for softmaxes that exponentiate the scores as they are (the forward's wide, global-
-// accumulator and fp32 kernels); natural units (scale * s + bias: one FFMA per score with bias)
-// where the exp2's FFMA multiplies by log2(e) anyway (the forward's register rows and the
-// backward's bias rows).
+// (log2_units) for softmaxes that exponentiate the scores as they are (the forward's 16-bit wide
+// and global-accumulator kernels); natural units (scale * s + bias: one FFMA per score with bias)
+// where the exp2's FFMA multiplies by log2(e) anyway (the forward's register rows, the fp32 rows
+// (kNaturalLse) and the backward's bias rows).
 struct ScoreUnits {
   float score, bias;
 };

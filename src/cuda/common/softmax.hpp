@@ -7,10 +7,23 @@
 #include <cute/tensor.hpp>
 
 #include <cmath>
+#include <type_traits>
 
 namespace memattn::cuda {
 
 using namespace cute;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Rows whose scores stay in natural units through the softmax, whose forward takes the LSE from
+// the top score (final_factors_natural) and whose backward recomputes P against it in natural
+// units (bwd_common.hpp): the fp32 rows, so that fp32 keeps fp32 accuracy at any logit scale, for
+// two more FP32 operations per score in the backward. The 16-bit rows keep one FFMA per score in
+// base 2: its relative error of about |S| 2^-23 on P stays below their own rounding until
+// |S| ~ 1e4 (docs/decisions.md, large logits).
+template <class Element>
+inline constexpr bool kNaturalLse = std::is_same_v<Element, float>;
 
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
@@ -66,14 +79,16 @@ __device__ __forceinline__ float row_sum_all(float x) {
 
 template <int kRows, int kRowThreads = 4>  // rows a thread holds (2 * MMA_M for m16n8 fragments)
 struct OnlineSoftmax {
-  float row_max[kRows];  // in log2 units
-  float row_sum[kRows];  // this thread's share of the row
+  float row_max[kRows];    // in log2 units
+  float row_sum[kRows];    // this thread's share of the row
+  float top_score[kRows];  // the largest score given to update(), as given (final_factors_natural)
 
   __device__ __forceinline__ void init() {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
       row_max[r] = -INFINITY;
       row_sum[r] = 0.0f;
+      top_score[r] = -INFINITY;
     }
   }
 
@@ -89,7 +104,9 @@ struct OnlineSoftmax {
       float tile_max = -INFINITY;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
-      const RowMaxMove move = move_row_max(row_max[r], row_max_all<kRowThreads>(tile_max) * scale);
+      tile_max = row_max_all<kRowThreads>(tile_max);
+      top_score[r] = fmaxf(top_score[r], tile_max);
+      const RowMaxMove move = move_row_max(row_max[r], tile_max * scale);
       rescale[r] = move.rescale;
       float sum = 0.0f;
       CUTE_UNROLL
@@ -137,7 +154,25 @@ struct OnlineSoftmax {
       const float sum = row_sum_all<kRowThreads>(row_sum[r]);
       const bool empty = row_max[r] == -INFINITY || !(sum > 0.0f);
       norm[r] = empty ? 0.0f : out_scale / sum;
-      lse[r] = empty ? -INFINITY : (row_max[r] + __log2f(sum)) * 0.6931471805599453f;
+      lse[r] = empty ? -INFINITY : (row_max[r] + __log2f(sum)) * kLn2;
+    }
+  }
+
+  // final_factors for a softmax whose every update() was given natural-unit scores and scale
+  // kLog2e: LSE = top score + ln(sum of exp(score - top score)), rounded once. A row dominated by
+  // one key then has LSE equal to that key's score exactly, so a backward that recomputes the same
+  // score gets P = exp(0) = 1 (natural_lse in bwd_common.hpp). The base-2 LSE of final_factors is
+  // off by a few roundings of |LSE| instead, which P inherits as a relative error of |S| 2^-23.
+  // The sum was taken against the running max (up to kMaxRiseLog2 below the top score): fmaf
+  // gives that offset, top * log2 e - row_max, with one rounding.
+  __device__ __forceinline__ void final_factors_natural(float out_scale, float (&norm)[kRows], float (&lse)[kRows]) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = row_sum_all<kRowThreads>(row_sum[r]);
+      const bool empty = row_max[r] == -INFINITY || !(sum > 0.0f);
+      norm[r] = empty ? 0.0f : out_scale / sum;
+      const float log2_rest = __log2f(sum) - fmaf(top_score[r], kLog2e, -row_max[r]);
+      lse[r] = empty ? -INFINITY : fmaf(log2_rest, kLn2, top_score[r]);
     }
   }
 

@@ -148,7 +148,7 @@ __device__ void dkdv_tile(const BwdParams& p, const KvWorkItem& work, char* smem
         load_bias_tile_unrolled<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len,
                                                                    smem_bias);
       cp_async_fence();
-      load_row_stats<kQueries>(p, seq, h, m0, rows, lse2, delta);
+      load_row_stats<Element, kQueries>(p, seq, h, m0, rows, lse2, delta);
       cp_async_wait<0>();
       __syncthreads();
 

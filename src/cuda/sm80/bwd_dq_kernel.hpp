@@ -100,7 +100,7 @@ __device__ void dq_tile(const BwdParams& p, const WorkItem& work, char* smem) {
                   load_thr.partition_S(cute::make_tensor(make_gmem_ptr(do_ptr), tile_q, make_stride(p.do_row_stride, _1{}))),
                   load_thr.partition_D(sdO), tQc, rows, p.head_dim_v);
   cp_async_fence();
-  load_row_stats<kBlockM>(p, seq, work.h, m0, rows, lse2, delta);
+  load_row_stats<Element, kBlockM>(p, seq, work.h, m0, rows, lse2, delta);
 
   typename Traits::TiledMma mma;
   auto thr_mma = mma.get_thread_slice(tid);

@@ -217,7 +217,7 @@ __device__ void dkdv_global_tile(const BwdParams& p, const KvWorkItem& work, cha
     int h;
     q_rows(t, &m0, &h);
     const int rows = int(min(std::int64_t(kRows), seq.q_len - m0));
-    load_row_stats<kRows>(p, seq, h, m0, rows, lse2, delta);  // read after the next barriers
+    load_row_stats<Element, kRows>(p, seq, h, m0, rows, lse2, delta);  // read after the next barriers
 
     Tensor acc_st = partition_fragment_C(mma, tile);
     Tensor acc_dpt = partition_fragment_C(mma, tile);
@@ -289,7 +289,7 @@ __device__ void dq_global_tile(const BwdParams& p, const WorkItem& work, char* s
   Element* smem_out = storage.out;
   float* lse2 = storage.lse2;
   float* delta = storage.delta;
-  load_row_stats<kRows>(p, seq, work.h, m0, rows, lse2, delta);  // read after the first barriers
+  load_row_stats<Element, kRows>(p, seq, work.h, m0, rows, lse2, delta);  // read after the first barriers
 
   const auto issue = [&](int job) {
     if (job < jobs) {

@@ -154,7 +154,7 @@ __device__ void dkdv_simt_tile(const BwdParams& p, const KvWorkItem& work, float
       const Element* q_ptr = q_at<Element>(p, seq.batch, q_row, h);
       const Element* do_ptr = do_at<Element>(p, seq.batch, q_row, h);
       __syncthreads();  // the previous tile's statistics are read
-      load_row_stats<kTile>(p, seq, h, m0, rows, lse2, delta);
+      load_row_stats<Element, kTile>(p, seq, h, m0, rows, lse2, delta);
       clear(st);
       clear(dpt);
       dot_tile<Traits>(k_ptr, p.k_row_stride, keys, q_ptr, p.q_row_stride, rows, p.head_dim, sAt, sBt, st, tx, ty);
@@ -204,7 +204,7 @@ __device__ void dq_simt_tile(const BwdParams& p, const WorkItem& work, float* sm
   float* sRows = storage.rows;
   float* lse2 = storage.lse2;
   float* delta = storage.delta;
-  load_row_stats<kTile>(p, seq, work.h, m0, rows, lse2, delta);  // read after dot_tile's barriers
+  load_row_stats<Element, kTile>(p, seq, work.h, m0, rows, lse2, delta);  // read after dot_tile's barriers
 
   // Element (j, i): query 4 ty + i, key 4 tx + j.
   Tensor cS = make_identity_tensor(make_shape(Int<kTile>{}, Int<kTile>{}));

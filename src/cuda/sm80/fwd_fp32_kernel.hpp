@@ -186,12 +186,13 @@ __device__ void forward_tile_fp32(const FwdParams& p, const WorkItem& work, floa
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m_end, n0, n0 + kBlockN);
-    transform_scores<float, bias_code(kFeatures)>(p, rule, origin, masked, s, tScS, {}, log2_units(p));
-    softmax.update(s_rc, rescale);
+    // Natural units and the LSE from the top score (kNaturalLse): the backward recomputes these scores.
+    transform_scores<float, bias_code(kFeatures)>(p, rule, origin, masked, s, tScS, {}, natural_units(p));
+    softmax.update(s_rc, rescale, kLog2e);
     if constexpr ((kFeatures & kDropout) != 0)
       if (p.dropout) apply_dropout(p, origin, s, tScS);
     const bool first = n == n_last, last = n == n_first;
-    if (last) softmax.final_factors(out_scale, norm, lse);
+    if (last) softmax.final_factors_natural(out_scale, norm, lse);
     CUTE_UNROLL
     for (int i = 0; i < 4; ++i)
       *reinterpret_cast<float4*>(sP + (4 * ty + i) * kPLd + 4 * tx) = make_float4(s(0, i), s(1, i), s(2, i), s(3, i));

@@ -187,15 +187,20 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m_end, n0, n0 + kBlockN);
-    transform_scores<Element, bias_code(kFeatures)>(p, rule, origin, masked, acc_s, tScS, {}, log2_units(p));
+    constexpr bool kNatural = kNaturalLse<Element>;
+    transform_scores<Element, bias_code(kFeatures)>(p, rule, origin, masked, acc_s, tScS, {},
+                                                    kNatural ? natural_units(p) : log2_units(p));
     Tensor acc_s_rc = rowcol(acc_s);
-    softmax.update(acc_s_rc, rescale);
+    softmax.update(acc_s_rc, rescale, kNatural ? kLog2e : 1.0f);
     if constexpr ((kFeatures & kDropout) != 0)
       if (p.dropout) apply_dropout(p, origin, acc_s, tScS);
     Tensor p_frag = convert_fragment<Element>(acc_s);
     Tensor tOrP = cute::make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
     const bool first = n == n_last, last = n == n_first;
-    if (last) softmax.final_factors(out_scale, norm, lse);
+    if (last) {
+      if constexpr (kNatural) softmax.final_factors_natural(out_scale, norm, lse);
+      else softmax.final_factors(out_scale, norm, lse);
+    }
 
     for (int c = 0; c < v_chunks; ++c, ++job) {
       float* acc_chunk = slot + std::int64_t(c) * kBlockM * kChunk;
