@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A bounded libFuzzer run with a fixed seed (CI's fuzz step and the CTest tests of label `fuzz`):
-# a fresh corpus directory plus the committed seeds, libFuzzer's own log kept aside, and one
-# summary line (inputs run, exec/s, corpus size, coverage) for the CI log; on a finding, the
-# log's tail, with the input in base64, and the crash file under $FUZZ_ARTIFACTS (default: the
-# current directory).
-# Usage: run_fuzz.sh <fuzz binary> <seed corpus dir> [seconds, default 60]
+# a fresh corpus directory (plus a seed folder, where one exists), libFuzzer's own log kept
+# aside, and one summary line (inputs run, exec/s, corpus size, coverage) for the CI log; on a
+# finding, the log's tail, with the input in base64, and the crash file under $FUZZ_ARTIFACTS
+# (default: the current directory).
+# Usage: run_fuzz.sh <fuzz binary> <seed corpus dir, may be absent> [seconds, default 60]
 set -u
 bin=$1
 seeds=$2
