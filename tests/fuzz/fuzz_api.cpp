@@ -281,6 +281,13 @@ bool known_defect(const Case& c) {
       if (b.view.sizes[d] > 0) last += __int128(b.view.sizes[d] - 1) * b.view.strides[d];
     if (last == std::numeric_limits<std::int64_t>::max()) return true;
   }
+  // The CPU backward's dbias pass (src/cpu/backward.cpp, run_bias_task) takes a bias dimension
+  // of size 0 with stride 0 for a broadcast one and writes one dbias element per row there: a
+  // heap overflow when dbias has no elements (varlen, every seqused_k 0, bias [n, 1, Mq, 0]
+  // with stride 0 on Mk).
+  if (c.has_bias && c.has_dbias)
+    for (int d = 0; d < 4; ++d)
+      if (c.buf[kBias].view.sizes[d] == 0 && c.buf[kBias].view.strides[d] == 0) return true;
   // Options::backend is not checked (src/core/problem.cpp, check_locations): a value outside
   // the enum, e.g. static_cast<Backend>(7), validates and runs on the CPU.
   const int backend = int(c.options.backend);
