@@ -63,8 +63,9 @@ Status check_tensor(const TensorRef& t, const char* name, const char* layout, in
   if (t.data == nullptr && !no_elements)
     return invalid(std::string(name) + ": data pointer is null (allowed only for a tensor with zero elements; " +
                    "this one has shape " + shape_string(t) + ")");
-  std::int64_t bytes = 0;
-  if (mul_overflows(extent + 1, std::int64_t(dtype_size(t.dtype)), &bytes))
+  std::int64_t elements = 0, bytes = 0;
+  if (__builtin_add_overflow(extent, 1, &elements) ||
+      mul_overflows(elements, std::int64_t(dtype_size(t.dtype)), &bytes))
     return invalid(std::string(name) + ": byte extent overflows 64 bits");
   if (t.sizes[rank - 1] > 1 && t.strides[rank - 1] != 1)
     return invalid(std::string(name) + ": the last dimension must be contiguous (stride 1), got stride " +
@@ -125,6 +126,9 @@ struct NamedPointer {
 // pointer decides. When every pointer is null (an empty problem), the requested backend is kept
 // (automatic: the CPU, or the reference for f64) and nothing is located.
 Status check_locations(const std::vector<NamedPointer>& pointers, Backend requested, DType dtype, Problem* p) {
+  if (requested != Backend::automatic && requested != Backend::cpu && requested != Backend::cuda &&
+      requested != Backend::reference)
+    return invalid("backend: unknown value " + std::to_string(int(requested)));
   const NamedPointer* front = nullptr;
   for (const NamedPointer& np : pointers)
     if (np.ptr != nullptr) {
@@ -349,7 +353,8 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
                        "; it must be 1 (broadcast) or " + std::to_string(full[d]) +
                        (p->varlen && d >= 2 ? " or more" : "") + " to broadcast to [B, Hq, Mq, Mk] = " +
                        shape_string(full, 4));
-      p->bias_broadcast[d] = n == 1 || bias.strides[d] == 0;
+      // A dimension of size 0 has no element to broadcast (nor dbias one to sum into).
+      p->bias_broadcast[d] = n == 1 || (n > 1 && bias.strides[d] == 0);
     }
   }
 
@@ -542,6 +547,7 @@ Status build_problem(const BackwardArgs& a, Problem* p) {
         return invalid("dbias: dimension " + std::to_string(d) +
                        " is broadcast in the bias, so dbias needs size 1 or stride 0 there");
     if (Status s = check_no_overlap(a.dbias, "dbias", p->bias_broadcast); !s.ok()) return s;
+    if (a.dbias.numel() == 0) p->has_dbias = false;  // valid, with nothing to write
   }
   return Status::Ok();
 }

@@ -345,5 +345,29 @@ TEST(VarlenEdges, HugeWindowsLimitNothing) {
     }
 }
 
+// Fuzzing found: a bias dimension of size 0 with stride 0 was taken for a broadcast one, and the
+// CPU backward wrote a dbias element per row into a dbias with no elements (heap overflow).
+// Varlen with every seqused_k 0: Mk = 0 in every sequence, bias [3, 1, 6, 0] strides [6, 6, 1, 0].
+TEST(VarlenEdges, DbiasWithoutElementsIsNotWritten) {
+  const Shape s{1, 6, 3, 2, 1, 8, 8};
+  static std::int32_t starts_q[4] = {0, 2, 4, 6}, starts_k[4] = {0, 1, 2, 3}, used[3] = {0, 0, 0};
+  const Varlen vl{make_index(starts_q, 4), make_index(starts_k, 4), make_index(used, 3)};
+  for (Backend be : kHostBackends) {
+    Bwd b(s);
+    fill_inputs(&b);
+    std::vector<float> bias(8, 0.5f), dbias(8, kNaN);  // room past the views: any write shows
+    BackwardArgs a = b.args(be);
+    a.varlen = vl;
+    a.bias = make_tensor(bias.data(), DType::f32, {3, 1, 6, 0}, {6, 6, 1, 0});
+    a.dbias = make_tensor(dbias.data(), DType::f32, {3, 1, 6, 0}, {6, 6, 1, 0});
+    a.lse = b.lse.ref;
+    for (float& x : b.lse.data) x = -kInf;  // no row sees a key
+    const Status st = backward(a);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    for (float x : dbias) EXPECT_TRUE(std::isnan(x)) << "dbias storage was written";
+    expect_all(b.dq.data, 0.0f, "dq");
+  }
+}
+
 }  // namespace
 }  // namespace memattn::testing

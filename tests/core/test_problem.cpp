@@ -244,6 +244,21 @@ TEST(Validation, VarlenNeedsPackedBatch) {
       nullptr, "batch dimension must be 1");
 }
 
+// Fuzzing found: a backend value outside the enum validated and ran on the CPU; a view whose
+// largest offset is exactly INT64_MAX overflowed (UBSan) while its byte extent was computed.
+TEST(Validation, UnknownBackendAndExtentAtInt64Max) {
+  expect_rejected([](ForwardArgs& a) { a.backend = static_cast<Backend>(7); },
+                  [](BackwardArgs& a) { a.backend = static_cast<Backend>(-1); }, "backend: unknown value");
+  expect_rejected(
+      [](ForwardArgs& a) {
+        std::int64_t rest = 0;  // the largest offset within one batch entry
+        for (int d = 1; d < 4; ++d) rest += (a.q.sizes[d] - 1) * a.q.strides[d];
+        a.q.sizes[0] = 2;
+        a.q.strides[0] = std::numeric_limits<std::int64_t>::max() - rest;
+      },
+      nullptr, "q: byte extent overflows 64 bits");
+}
+
 TEST(Validation, CudaBackendWithHostMemory) {
   expect_rejected([](ForwardArgs& a) { a.backend = Backend::cuda; }, [](BackwardArgs& a) { a.backend = Backend::cuda; },
                   "backend: cuda needs device memory");
