@@ -182,8 +182,10 @@ struct Index {
 
   void make(const std::vector<std::int32_t>& values, std::int64_t size, std::int64_t stride, bool null_data) {
     view = IndexRef{nullptr, size, stride};
-    backed = size >= 0 && stride >= 0 && stride <= 64 && size <= 1024;
+    // Backed: a size the library could accept; any stride >= 0 for fewer than two elements.
+    backed = size >= 0 && stride >= 0 && size <= 1024 && (size < 2 || stride <= 64);
     count = !backed ? 1 : size > 0 ? (size - 1) * stride + 1 : 0;  // size 0: no element to read
+    // (size 1 with any stride: one element)
     memory.reset(new std::int32_t[std::size_t(count)]);
     for (std::int64_t e = 0; e < count; ++e) memory[std::size_t(e)] = std::numeric_limits<std::int32_t>::min() + 7;
     if (backed)
