@@ -458,8 +458,8 @@ double sum_positive_linear(int a, std::int64_t b, std::int64_t x, std::int64_t y
 
 }  // namespace
 
-std::int64_t visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64_t shift, std::int64_t left,
-                              std::int64_t right) {
+double visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64_t shift, std::int64_t left,
+                        std::int64_t right) {
   if (q_len <= 0 || k_len <= 0) return 0;
   // Row i sees keys [lo, hi] with d = i + shift, lo = max(0, d - left), hi = min(k_len - 1, d + right)
   // (an unbounded side clamps only to the sequence). hi - lo + 1 is linear in d between the two
@@ -480,15 +480,20 @@ std::int64_t visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64
     const std::int64_t b = (hi_moves ? right : k_len - 1) - (lo_moves ? -left : 0) + 1;
     pairs += sum_positive_linear(a, b, x, y);
   }
-  return std::int64_t(pairs);
+  return pairs;
 }
 
 double Problem::visible_pairs() const {
+  if (!varlen) {  // every batch entry alike: one count (B may be 2^40)
+    const Sequence s = sequence(0);
+    const std::int64_t shift = bottom_right ? s.k_len - s.q_len : 0;
+    return double(batch) * visible_pairs_of(s.q_len, s.k_len, shift, window_left, window_right) * double(heads_q);
+  }
   double pairs = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
     const Sequence s = sequence(b);
     const std::int64_t shift = bottom_right ? s.k_len - s.q_len : 0;
-    pairs += double(visible_pairs_of(s.q_len, s.k_len, shift, window_left, window_right));
+    pairs += visible_pairs_of(s.q_len, s.k_len, shift, window_left, window_right);
   }
   return pairs * double(heads_q);
 }

@@ -49,7 +49,7 @@ struct Problem {
 
   bool has_dropout() const { return dropout_p > 0.0; }
   bool is_masked() const { return window_left != kUnbounded || window_right != kUnbounded; }
-  std::int64_t group_size() const { return heads_q / heads_k; }
+  std::int64_t group_size() const { return heads_k > 0 ? heads_q / heads_k : 0; }  // Hk = 0 only with Hq = 0
   Sequence sequence(std::int64_t b) const;
   // Number of (query, key) pairs that the mask leaves visible, summed over batch and heads.
   double visible_pairs() const;
@@ -58,8 +58,9 @@ struct Problem {
 // The (query, key) pairs a mask leaves visible in one sequence of q_len queries and k_len keys:
 // query i sees keys j with -left <= j - (i + shift) <= right (kUnbounded: no limit on that side),
 // 0 <= j < k_len. O(1), so that the dispatcher can ask per call.
-std::int64_t visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64_t shift, std::int64_t left,
-                              std::int64_t right);
+// A double: counts reach 2^62 and beyond (2^40 rows by 2^31 keys).
+double visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64_t shift, std::int64_t left,
+                        std::int64_t right);
 
 // Validates every argument and fills `problem`. Nothing is launched or written.
 Status build_problem(const ForwardArgs& args, Problem* problem);

@@ -5,6 +5,7 @@
 // time and never forms an Mq x Mk matrix, so it can check long sequences (slowly).
 #include <cmath>
 #include <limits>
+#include <new>
 #include <vector>
 
 #include "core/numeric.hpp"
@@ -118,8 +119,10 @@ std::int64_t index4(const std::int64_t* sizes, std::int64_t a, std::int64_t b, s
 
 }  // namespace
 
-Status forward(const ForwardArgs& args, ForwardResult* result, const Progress& progress,
-               const Selection& selection) {
+namespace {
+
+Status run_forward(const ForwardArgs& args, ForwardResult* result, const Progress& progress,
+                   const Selection& selection) {
   ForwardArgs host = args;
   host.backend = Backend::reference;
   host.overrides = {};  // the CUDA dispatcher's overrides mean nothing to the reference
@@ -128,8 +131,12 @@ Status forward(const ForwardArgs& args, ForwardResult* result, const Progress& p
   if (Status s = check_selection(selection, pr); !s.ok()) return s;
   const TensorRef& q = args.q;
   const std::int64_t out_sizes[4] = {q.sizes[0], q.sizes[1], pr.heads_q, pr.head_dim_v};
-  result->out.assign(std::size_t(out_sizes[0] * out_sizes[1] * out_sizes[2] * out_sizes[3]), kNaN);
-  result->lse.assign(std::size_t(q.sizes[0] * pr.heads_q * q.sizes[1]), kNaN);
+  // An empty problem (no (query, key) pair): every row sees no key. Return before the loops, whose
+  // index lists are as long as the batch and the heads (either may be huge here).
+  const bool empty = pr.empty;
+  result->out.assign(std::size_t(out_sizes[0] * out_sizes[1] * out_sizes[2] * out_sizes[3]), empty ? 0.0 : kNaN);
+  result->lse.assign(std::size_t(q.sizes[0] * pr.heads_q * q.sizes[1]), empty ? kNegInf : kNaN);
+  if (empty) return Status::Ok();
 
   const std::vector<std::int64_t> seqs = select(selection.sequences, pr.batch);
   std::vector<std::int64_t> heads;
@@ -166,8 +173,8 @@ Status forward(const ForwardArgs& args, ForwardResult* result, const Progress& p
   return Status::Ok();
 }
 
-Status backward(const BackwardArgs& args, BackwardResult* result, const Progress& progress,
-                const Selection& selection) {
+Status run_backward(const BackwardArgs& args, BackwardResult* result, const Progress& progress,
+                    const Selection& selection) {
   BackwardArgs host = args;
   host.backend = Backend::reference;
   host.overrides = {};  // the CUDA dispatcher's overrides mean nothing to the reference
@@ -179,9 +186,19 @@ Status backward(const BackwardArgs& args, BackwardResult* result, const Progress
   const std::int64_t q_sizes[4] = {q.sizes[0], q.sizes[1], pr.heads_q, D};
   const std::int64_t k_sizes[4] = {k.sizes[0], k.sizes[1], pr.heads_k, D};
   const std::int64_t v_sizes[4] = {k.sizes[0], k.sizes[1], pr.heads_k, Dv};
-  result->dq.assign(std::size_t(q.numel()), kNaN);
-  result->dk.assign(std::size_t(k.numel()), kNaN);
-  result->dv.assign(std::size_t(v.numel()), kNaN);
+  const bool empty = pr.empty;  // as in forward(): every gradient is 0, no loop runs
+  result->dq.assign(std::size_t(q.numel()), empty ? 0.0 : kNaN);
+  result->dk.assign(std::size_t(k.numel()), empty ? 0.0 : kNaN);
+  result->dv.assign(std::size_t(v.numel()), empty ? 0.0 : kNaN);
+  if (empty) {
+    result->dbias.clear();
+    if (pr.has_bias) {
+      std::size_t n = 1;
+      for (int d = 0; d < 4; ++d) n *= std::size_t(pr.bias_broadcast[d] ? 1 : args.bias.sizes[d]);
+      result->dbias.assign(n, 0.0);
+    }
+    return Status::Ok();
+  }
 
   const std::vector<std::int64_t> seqs = select(selection.sequences, pr.batch);
   const std::vector<std::int64_t> kv_heads = select(selection.kv_heads, pr.heads_k);
@@ -279,6 +296,29 @@ Status backward(const BackwardArgs& args, BackwardResult* result, const Progress
   }
   if (dbias_shared && partial) result->dbias.assign(result->dbias.size(), kNaN);
   return Status::Ok();
+}
+
+// Public entry points: float64 results the size of the outputs may not fit in memory, and an
+// allocation failure is a Status, never an exception across the API.
+template <class F>
+Status guarded(F&& run) {
+  try {
+    return run();
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::out_of_memory, "host memory: the reference's float64 results could not be allocated"};
+  }
+}
+
+}  // namespace
+
+Status forward(const ForwardArgs& args, ForwardResult* result, const Progress& progress,
+               const Selection& selection) {
+  return guarded([&] { return run_forward(args, result, progress, selection); });
+}
+
+Status backward(const BackwardArgs& args, BackwardResult* result, const Progress& progress,
+                const Selection& selection) {
+  return guarded([&] { return run_backward(args, result, progress, selection); });
 }
 
 }  // namespace memattn::reference

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "memattn/attention.hpp"
+#include "memattn/reference.hpp"
 
 namespace memattn::testing {
 namespace {
@@ -367,6 +368,40 @@ TEST(VarlenEdges, DbiasWithoutElementsIsNotWritten) {
     for (float x : dbias) EXPECT_TRUE(std::isnan(x)) << "dbias storage was written";
     expect_all(b.dq.data, 0.0f, "dq");
   }
+}
+
+// Fuzzing found (the last four): forward_flops looped over a batch of 2^40; the pair count of
+// 2^40 rows by 2^31 keys was converted to int64 (undefined); the reference divided by Hk = 0 and
+// sized index lists by a huge Hk before noticing the problem was empty. Views claim the sizes;
+// nothing is read.
+TEST(EmptyProblem, HugeCountsAndTheReferenceOnEmptyProblems) {
+  static float a[64], b[64];
+  const std::int64_t B = std::int64_t(1) << 40;
+  ForwardArgs f;
+  f.q = f.k = f.v = make_tensor(a, DType::f32, {B, 1, 1, 1}, {0, 1, 1, 1});
+  f.out = make_tensor(b, DType::f32, {B, 1, 1, 1}, {1, 1, 1, 1});
+  double flops = -1;
+  ASSERT_TRUE(forward_flops(f, &flops).ok());
+  EXPECT_EQ(flops, 2.0 * double(B) * 2.0);  // one pair per batch entry, D + Dv = 2
+
+  ForwardArgs g;
+  g.q = g.out = make_tensor(nullptr, DType::f32, {1, std::int64_t(1) << 40, 0, 1});
+  g.k = g.v = make_tensor(nullptr, DType::f32, {1, 2147483647, 0, 1});
+  ASSERT_TRUE(forward_flops(g, &flops).ok());
+  EXPECT_EQ(flops, 0.0);
+
+  BackwardArgs h;
+  h.q = h.dq = h.out = h.dout = h.k = h.v = h.dk = h.dv = make_tensor(nullptr, DType::f32, {1, 2, 0, 4});
+  h.lse = make_tensor(nullptr, DType::f32, {1, 0, 2});
+  reference::BackwardResult rb;
+  EXPECT_TRUE(reference::backward(h, &rb).ok());
+
+  ForwardArgs r;
+  r.q = r.out = make_tensor(nullptr, DType::f32, {0, 1, 0, 1});
+  r.k = r.v = make_tensor(nullptr, DType::f32, {0, 1, std::int64_t(1) << 40, 1});
+  reference::ForwardResult rf;
+  EXPECT_TRUE(reference::forward(r, &rf).ok());
+  EXPECT_TRUE(rf.out.empty());
 }
 
 }  // namespace

@@ -310,17 +310,9 @@ void run_case(Case& c) {
   const ForwardArgs fa = forward_args(c);
   std::size_t fbytes = 0;
   const Status fv = validate_all<ForwardArgs>(fa, forward_workspace_size, &fbytes);
-  // Two known defects behind forward_flops (src/core/problem.cpp), skipped until they are fixed
-  // (delete the guard then, and the run covers these inputs again):
-  // Problem::visible_pairs loops over the batch (a valid B = 2^40 does not return), and
-  // visible_pairs_of converts its double count to int64 unchecked (Mq = 2^40, Mk = 2^31 - 1:
-  // 2.4e21 pairs, undefined behaviour).
-  if (c.buf[kQ].view.sizes[0] <= (std::int64_t(1) << 20) &&
-      double(c.buf[kQ].view.sizes[1]) * double(c.buf[kK].view.sizes[1]) < 0x1p62) {
-    double flops = -1;
-    same_status(forward_flops(fa, &flops), fv, "forward_flops");
-    FUZZ_CHECK(!fv.ok() || (std::isfinite(flops) && flops >= 0), "forward_flops = " + std::to_string(flops));
-  }
+  double flops = -1;
+  same_status(forward_flops(fa, &flops), fv, "forward_flops");
+  FUZZ_CHECK(!fv.ok() || (std::isfinite(flops) && flops >= 0), "forward_flops = " + std::to_string(flops));
 
   Oracle oracle;
   const Oracle::Verdict meant = oracle.build(c.buf[kQ].view, c.buf[kK].view, c.buf[kV].view, c.varlen, c.options);
