@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/guarded.hpp"
 #include "core/memory.hpp"
 #include "core/numeric.hpp"
 #include "core/problem.hpp"
@@ -160,19 +161,6 @@ Status check_host_scratch(const detail::Problem& p, bool backward) {
                                          " of scratch for this problem; " + bytes_text(*available) + " are available"};
 }
 
-// Runs a call: an allocation that fails in spite of the checks (other processes took the memory,
-// or a varlen description of two billion sequences) is reported, never thrown across the API.
-template <class F>
-Status guarded(F&& run) {
-  try {
-    return run();
-  } catch (const std::bad_alloc&) {
-    return {StatusCode::out_of_memory, "host memory: an allocation of the call failed"};
-  } catch (const std::exception& e) {
-    return {StatusCode::internal_error, std::string("unexpected exception: ") + e.what()};
-  }
-}
-
 template <class Args>
 Status workspace_size(const Args& args, const detail::Problem& p, std::size_t* bytes) {
   *bytes = 0;
@@ -278,24 +266,25 @@ Status forward_flops_impl(const ForwardArgs& args, double* flops) {
 }  // namespace
 
 // Every entry point runs guarded: no exception crosses the API.
-Status validate(const ForwardArgs& args) { return guarded([&] { return validate_impl(args); }); }
-Status validate(const BackwardArgs& args) { return guarded([&] { return validate_impl(args); }); }
+constexpr const char* kCall = "the memory of the call";
+Status validate(const ForwardArgs& args) { return detail::guarded(kCall, [&] { return validate_impl(args); }); }
+Status validate(const BackwardArgs& args) { return detail::guarded(kCall, [&] { return validate_impl(args); }); }
 Status forward_workspace_size(const ForwardArgs& args, std::size_t* bytes) {
-  return guarded([&] { return forward_workspace_size_impl(args, bytes); });
+  return detail::guarded(kCall, [&] { return forward_workspace_size_impl(args, bytes); });
 }
 Status backward_workspace_size(const BackwardArgs& args, std::size_t* bytes) {
-  return guarded([&] { return backward_workspace_size_impl(args, bytes); });
+  return detail::guarded(kCall, [&] { return backward_workspace_size_impl(args, bytes); });
 }
-Status forward(const ForwardArgs& args) { return guarded([&] { return forward_impl(args); }); }
-Status backward(const BackwardArgs& args) { return guarded([&] { return backward_impl(args); }); }
+Status forward(const ForwardArgs& args) { return detail::guarded(kCall, [&] { return forward_impl(args); }); }
+Status backward(const BackwardArgs& args) { return detail::guarded(kCall, [&] { return backward_impl(args); }); }
 Status describe_plan(const ForwardArgs& args, std::string* plan) {
-  return guarded([&] { return describe_plan_impl(args, plan); });
+  return detail::guarded(kCall, [&] { return describe_plan_impl(args, plan); });
 }
 Status describe_plan(const BackwardArgs& args, std::string* plan) {
-  return guarded([&] { return describe_plan_impl(args, plan); });
+  return detail::guarded(kCall, [&] { return describe_plan_impl(args, plan); });
 }
 Status forward_flops(const ForwardArgs& args, double* flops) {
-  return guarded([&] { return forward_flops_impl(args, flops); });
+  return detail::guarded(kCall, [&] { return forward_flops_impl(args, flops); });
 }
 
 bool cuda_available() { return cuda::device_count() > 0; }

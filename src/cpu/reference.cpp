@@ -8,6 +8,7 @@
 #include <new>
 #include <vector>
 
+#include "core/guarded.hpp"
 #include "core/numeric.hpp"
 #include "core/problem.hpp"
 #include "memattn/reference.hpp"
@@ -298,27 +299,16 @@ Status run_backward(const BackwardArgs& args, BackwardResult* result, const Prog
   return Status::Ok();
 }
 
-// Public entry points: float64 results the size of the outputs may not fit in memory, and an
-// allocation failure is a Status, never an exception across the API.
-template <class F>
-Status guarded(F&& run) {
-  try {
-    return run();
-  } catch (const std::bad_alloc&) {
-    return {StatusCode::out_of_memory, "host memory: the reference's float64 results could not be allocated"};
-  }
-}
-
 }  // namespace
 
 Status forward(const ForwardArgs& args, ForwardResult* result, const Progress& progress,
                const Selection& selection) {
-  return guarded([&] { return run_forward(args, result, progress, selection); });
+  return detail::guarded("the reference's float64 results", [&] { return run_forward(args, result, progress, selection); });
 }
 
 Status backward(const BackwardArgs& args, BackwardResult* result, const Progress& progress,
                 const Selection& selection) {
-  return guarded([&] { return run_backward(args, result, progress, selection); });
+  return detail::guarded("the reference's float64 results", [&] { return run_backward(args, result, progress, selection); });
 }
 
 }  // namespace memattn::reference

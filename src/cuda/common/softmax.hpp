@@ -161,7 +161,7 @@ struct OnlineSoftmax {
   // final_factors for a softmax whose every update() was given natural-unit scores and scale
   // kLog2e: LSE = top score + ln(sum of exp(score - top score)), rounded once. A row dominated by
   // one key then has LSE equal to that key's score exactly, so a backward that recomputes the same
-  // score gets P = exp(0) = 1 (natural_lse in bwd_common.hpp). The base-2 LSE of final_factors is
+  // score gets P = exp(0) = 1 (staged_lse and gradient_tile in bwd_common.hpp). The base-2 LSE of final_factors is
   // off by a few roundings of |LSE| instead, which P inherits as a relative error of |S| 2^-23.
   // The sum was taken against the running max (up to kMaxRiseLog2 below the top score): fmaf
   // gives that offset, top * log2 e - row_max, with one rounding.
