@@ -27,6 +27,7 @@ struct CallOptions {
     IndexRef ref() const { return {reinterpret_cast<const std::int32_t*>(data), size, stride}; }
   };
   Index seqstart_q, seqstart_k, seqused_k;
+  std::int64_t max_seqlen_q, max_seqlen_k;  // Varlen's bounds; kUnknownLength: not given
   std::uintptr_t stream;
 
   void apply(Options* o) const {
@@ -34,7 +35,7 @@ struct CallOptions {
     o->mask = Mask::window(window_left, window_right, bottom_right ? Alignment::bottom_right : Alignment::top_left);
     o->dropout = {dropout_p, seed, offset};
     o->scale = scale;
-    o->varlen = {seqstart_q.ref(), seqstart_k.ref(), seqused_k.ref()};
+    o->varlen = {seqstart_q.ref(), seqstart_k.ref(), seqused_k.ref(), max_seqlen_q, max_seqlen_k};
     o->stream = reinterpret_cast<void*>(stream);
   }
 };
@@ -45,7 +46,8 @@ struct Api {
   Status (*backward)(const BackwardArgs&);
 };
 
-constexpr int kApiVersion = 3;  // 2: Options gained `overrides`; 3: Varlen holds sized, strided views
+// 2: Options gained `overrides`; 3: Varlen holds sized, strided views; 4: and length bounds
+constexpr int kApiVersion = 4;
 constexpr const char* kApiCapsuleName = "memattn._C._api";
 
 }  // namespace memattn::python

@@ -17,6 +17,9 @@
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#ifdef MEMATTN_C10_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <array>
 #include <cstdint>
@@ -24,6 +27,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "memattn_api.hpp"
@@ -165,15 +169,18 @@ struct Settings {
   bool bottom_right;
   double dropout_p;
   std::optional<double> scale;  // none: the library's default, 1/sqrt(D)
+  std::int64_t max_seqlen_q, max_seqlen_k;  // variable lengths' bounds, -1: not given
   bool deterministic, bhmd;
 
-  static constexpr std::array<const char*, 7> kKeys = {"window_left", "window_right", "bottom_right", "dropout_p",
-                                                       "scale",       "deterministic", "bhmd"};
+  static constexpr std::array<const char*, 9> kKeys = {"window_left",  "window_right",  "bottom_right",
+                                                       "dropout_p",    "scale",         "max_seqlen_q",
+                                                       "max_seqlen_k", "deterministic", "bhmd"};
   void save(AutogradContext* ctx) const {
     ctx->saved_data[kKeys[0]] = window_left, ctx->saved_data[kKeys[1]] = window_right;
     ctx->saved_data[kKeys[2]] = bottom_right, ctx->saved_data[kKeys[3]] = dropout_p;
     ctx->saved_data[kKeys[4]] = scale ? c10::IValue(*scale) : c10::IValue();
-    ctx->saved_data[kKeys[5]] = deterministic, ctx->saved_data[kKeys[6]] = bhmd;
+    ctx->saved_data[kKeys[5]] = max_seqlen_q, ctx->saved_data[kKeys[6]] = max_seqlen_k;
+    ctx->saved_data[kKeys[7]] = deterministic, ctx->saved_data[kKeys[8]] = bhmd;
   }
   static Settings load(AutogradContext* ctx) {
     const auto& d = ctx->saved_data;
@@ -183,8 +190,10 @@ struct Settings {
             d.at(kKeys[2]).toBool(),
             d.at(kKeys[3]).toDouble(),
             scale.isNone() ? std::nullopt : std::optional<double>(scale.toDouble()),
-            d.at(kKeys[5]).toBool(),
-            d.at(kKeys[6]).toBool()};
+            d.at(kKeys[5]).toInt(),
+            d.at(kKeys[6]).toInt(),
+            d.at(kKeys[7]).toBool(),
+            d.at(kKeys[8]).toBool()};
   }
 };
 
@@ -200,6 +209,21 @@ struct Workspace {
     if (error) throw MemoryError(std::move(*error));
   }
 };
+
+// Torch's current CUDA stream on `device`. c10::Stream::native_handle names it from torch 2.11 on;
+// before, c10_cuda and the CUDA toolkit's headers do (MEMATTN_C10_CUDA, set by CMakeLists.txt
+// where both are there). Where neither is (MEMATTN_NO_STREAM), torch has no CUDA tensors or the
+// library no CUDA backend, so that no stream is ever used.
+std::uintptr_t current_stream(const c10::Device& device) {
+#if defined(MEMATTN_C10_CUDA)
+  return reinterpret_cast<std::uintptr_t>(c10::cuda::getCurrentCUDAStream(device.index()).stream());
+#elif defined(MEMATTN_NO_STREAM)
+  return 0;
+#else
+  return reinterpret_cast<std::uintptr_t>(
+      c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device).native_handle());
+#endif
+}
 
 // The options both passes share: backend from the tensors' device, mask, dropout, varlen, the
 // current stream, and the workspace.
@@ -230,9 +254,8 @@ void fill_options(memattn::Options* o, const at::Tensor& q, const Settings& s, c
              : memattn::python::CallOptions::Index{0, 0, 1};
   };
   c.seqstart_q = index(seqstart_q), c.seqstart_k = index(seqstart_k), c.seqused_k = index(seqused_k);
-  if (q.is_cuda())
-    c.stream = reinterpret_cast<std::uintptr_t>(
-        c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(q.device()).native_handle());
+  c.max_seqlen_q = s.max_seqlen_q, c.max_seqlen_k = s.max_seqlen_k;
+  if (q.is_cuda()) c.stream = current_stream(q.device());
   c.apply(o);
   if (!q.is_cuda()) return;
   const at::TensorOptions bytes = at::TensorOptions().dtype(at::kByte).device(q.device());
@@ -247,17 +270,28 @@ void fill_options(memattn::Options* o, const at::Tensor& q, const Settings& s, c
   };
 }
 
+// An autograd node in the holder the installed torch uses: c10::intrusive_ptr from 2.14 on,
+// std::shared_ptr before.
+template <class Node, class... Args>
+auto make_node(Args&&... args) {
+  if constexpr (std::is_base_of_v<c10::intrusive_ptr_target, torch::autograd::Node>)
+    return c10::make_intrusive<Node>(std::forward<Args>(args)...);
+  else
+    return std::make_shared<Node>(std::forward<Args>(args)...);
+}
+
 struct Attention : torch::autograd::Function<Attention> {
   // (out, lse); with bhmd q, k, v and out are [B, H, M, D] (SDPA's layout), else BMHK.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const OptTensor& bias, std::int64_t window_left, std::int64_t window_right,
                                bool bottom_right, double dropout_p, const OptTensor& rng, std::optional<double> scale,
                                const OptTensor& seqstart_q, const OptTensor& seqstart_k, const OptTensor& seqused_k,
-                               bool deterministic, bool bhmd) {
+                               std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, bool deterministic, bool bhmd) {
     TORCH_CHECK_VALUE(q.dim() == 4 && v.dim() == 4, "memattn: q and v must be 4-d tensors");
     // The library launches on the current device: make it q's (as torch's own ops do).
     const c10::OptionalDeviceGuard device_guard(q.device());
-    const Settings s{window_left, window_right, bottom_right, dropout_p, scale, deterministic, bhmd};
+    const Settings s{window_left, window_right, bottom_right, dropout_p, scale, max_seqlen_q, max_seqlen_k,
+                     deterministic, bhmd};
     const std::int64_t batch = q.size(0), rows = q.size(bhmd ? 2 : 1), heads = q.size(bhmd ? 1 : 2);
     const std::int64_t dv = v.size(3);
     // Out in BMHK memory either way (bhmd: strides of the transposed view, as SDPA returns it).
@@ -288,7 +322,7 @@ struct Attention : torch::autograd::Function<Attention> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    constexpr std::size_t kInputs = 15;  // forward's arguments after ctx
+    constexpr std::size_t kInputs = 17;  // forward's arguments after ctx
     variable_list result(kInputs);
     if (!grads[0].defined()) return result;  // only the LSE was used, which has no gradient
     const at::Tensor dout = grads[0].stride(-1) == 1 ? grads[0] : grads[0].contiguous();
@@ -319,7 +353,7 @@ struct Attention : torch::autograd::Function<Attention> {
     // backward through them reaches it rather than treating them as constants. (Torch's
     // once_differentiable links its node to fresh leaves, which a grad() with respect to q
     // never visits, and only when dout requires grad.)
-    const auto node = std::make_shared<torch::autograd::Error>(
+    const auto node = make_node<torch::autograd::Error>(
         kDoubleBackward, torch::autograd::collect_next_edges(q, k, v, bias, grads[0]));
     for (at::Tensor& g : result)
       if (g.defined()) torch::autograd::set_history(g, node);
@@ -330,13 +364,13 @@ struct Attention : torch::autograd::Function<Attention> {
 py::tuple attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& bias,
                     std::int64_t window_left, std::int64_t window_right, bool bottom_right, double dropout_p,
                     const OptTensor& rng, std::optional<double> scale, const OptTensor& seqstart_q,
-                    const OptTensor& seqstart_k,
-                    const OptTensor& seqused_k, bool deterministic, bool bhmd) {
+                    const OptTensor& seqstart_k, const OptTensor& seqused_k, std::int64_t max_seqlen_q,
+                    std::int64_t max_seqlen_k, bool deterministic, bool bhmd) {
   variable_list r;
   try {
     const py::gil_scoped_release release;
     r = Attention::apply(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                         seqstart_k, seqused_k, deterministic, bhmd);
+                         seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, bhmd);
   } catch (const c10::ValueError& e) {
     throw py::value_error(e.what_without_backtrace());
   } catch (const c10::NotImplementedError& e) {

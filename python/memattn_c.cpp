@@ -63,6 +63,7 @@ memattn::python::CallOptions settings(const py::dict& s) {
           s["seed"].cast<std::uint64_t>(),          s["offset"].cast<std::uint64_t>(),
           s["scale"].cast<std::optional<double>>(), index(s, "seqstart_q"),
           index(s, "seqstart_k"),                   index(s, "seqused_k"),
+          s["max_seqlen_q"].cast<std::int64_t>(),   s["max_seqlen_k"].cast<std::int64_t>(),
           s["stream"].cast<std::uintptr_t>()};
 }
 

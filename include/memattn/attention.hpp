@@ -110,7 +110,8 @@ Status describe_plan(const BackwardArgs& args, std::string* plan);
 
 // Floating-point operations of the forward's two matrix products over the (query, key) pairs
 // the mask leaves visible: 2 * pairs * (D + Dv). The backward counts 2.5 times this (the
-// FlashAttention convention).
+// FlashAttention convention). Variable lengths are read on the host even where a CUDA call with
+// bounds would leave them on the device (a copy that waits for the device).
 Status forward_flops(const ForwardArgs& args, double* flops);
 
 // True when this build has the CUDA backend and a CUDA device is visible.

@@ -95,13 +95,26 @@ inline IndexRef make_index(const std::int32_t* data, std::int64_t size) { return
 // The arrays live where the tensors live (host memory for the CPU, device memory for CUDA, which
 // reads them contiguous: stride 1). Bias, if any, is indexed [b, h, i, j] with i and j local to
 // the sequence, so its shape is broadcastable to [num_seqs, Hq, max_seqlen_q, max_seqlen_k].
+//
+// max_seqlen_q and max_seqlen_k bound the sequences' query rows and used keys (kUnknownLength: not
+// given). Without both, the values are read on the host and checked in full, which on the CUDA
+// backend copies them from the device and waits for the stream. With both, the CUDA backend reads
+// no value on the host (nothing synchronises): the kernels clamp each value into the packed
+// tensors and each length to its bound, so malformed arrays never make them read or write out of
+// bounds, but the results of such a call are unspecified. The CPU backend always checks the
+// values, the bounds included.
+constexpr std::int64_t kUnknownLength = -1;
+
 struct Varlen {
   IndexRef seqstart_q;  // [num_seqs + 1]
   IndexRef seqstart_k;  // [num_seqs + 1]
   IndexRef seqused_k;   // optional, [num_seqs]
+  std::int64_t max_seqlen_q = kUnknownLength;
+  std::int64_t max_seqlen_k = kUnknownLength;
 
   bool enabled() const { return seqstart_q.defined() || seqstart_k.defined() || seqused_k.defined(); }
   std::int64_t num_seqs() const { return seqstart_q.size - 1; }
+  bool bounded() const { return max_seqlen_q != kUnknownLength && max_seqlen_k != kUnknownLength; }
 };
 
 }  // namespace memattn

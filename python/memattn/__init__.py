@@ -144,11 +144,16 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     each row's diagonal d, which is i ("top_left") or i + Mk - Mq ("bottom_right"). Dropout draws
     its seed from torch's default generator, so torch.manual_seed reproduces a run. Variable
     lengths: packed q/k/v (B = 1) with int32 seqstart_q/seqstart_k [n + 1] and optional seqused_k
-    [n] on the tensors' device; max_seqlen_* are accepted for API compatibility and not needed.
+    [n] on the tensors' device; max_seqlen_q/max_seqlen_k bound the query rows and used keys of
+    every sequence: with both, a CUDA call reads no length on the host (it does not wait for the
+    GPU and can be captured in a CUDA graph; lengths beyond a bound give unspecified results), and
+    without them the lengths are copied to the host and checked.
     return_lse also returns the natural-log logsumexp [B, Hq, Mq] (float32, not differentiable).
     """
+    bounds = tuple(-1 if n is None else _int(name, n, 0, 2**63 - 1)
+                   for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)))
     out, lse = _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqstart_q, seqstart_k,
-                          seqused_k, deterministic, bhmd=False)
+                          seqused_k, deterministic, bhmd=False, bounds=bounds)
     return (out, lse) if return_lse else out
 
 
@@ -164,9 +169,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 
 
 def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqstart_q, seqstart_k, seqused_k,
-               deterministic, bhmd):
+               deterministic, bhmd, bounds=(-1, -1)):
     """(out, lse) of BMHK tensors, or of [B, H, M, D] ones with bhmd (read as the BMHK tensors they
-    are transposes of, without view nodes in the autograd graph)."""
+    are transposes of, without view nodes in the autograd graph). bounds: (max_seqlen_q,
+    max_seqlen_k), -1 where not given."""
     if alignment not in ("top_left", "bottom_right"):
         raise ValueError(f"memattn: alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -186,7 +192,7 @@ def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqst
         rng = torch.cat([torch.randint(0, 2**62, (1,), dtype=torch.int64), torch.zeros(1, dtype=torch.int64)])
     return _ops.attend(
         _last_dim_contiguous("q", q), _last_dim_contiguous("k", k), _last_dim_contiguous("v", v), _bias(bias, q),
-        left, right, alignment == "bottom_right", dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
+        left, right, alignment == "bottom_right", dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k, *bounds,
         _flag("deterministic", deterministic), bhmd=bhmd)
 
 

@@ -111,7 +111,8 @@ def _index(t):
     return (t.data_ptr() if t.numel() else t.untyped_storage().data_ptr(), t.numel(), t.stride(0))
 
 
-def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k):
+def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
+             max_seqlen_q, max_seqlen_k):
     seed, offset = (0, 0) if rng is None else (int(x) for x in rng.tolist())
     stream = _stream(q.device) if q.is_cuda else 0
     # The tensors' device picks the backend: the library never has to infer where memory lives.
@@ -119,7 +120,7 @@ def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, 
     return dict(backend=backend, window_left=window_left, window_right=window_right, bottom_right=bottom_right, dropout_p=dropout_p,
                 seed=seed, offset=offset, scale=scale,
                 seqstart_q=_index(seqstart_q), seqstart_k=_index(seqstart_k), seqused_k=_index(seqused_k),
-                stream=stream,
+                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, stream=stream,
                 workspace=_allocator(q.device) if q.is_cuda else None)
 
 
@@ -130,10 +131,11 @@ def _check(result):
 
 
 def _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k,
-             seqused_k):
+             seqused_k, max_seqlen_q, max_seqlen_k):
     out = allocate("out", (*q.shape[:-1], v.shape[-1]), q.dtype, q.device)
     lse = allocate("lse", (q.shape[0], q.shape[2], q.shape[1]), torch.float32, q.device)
-    opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k)
+    opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
+                    max_seqlen_q, max_seqlen_k)
     _check(_C.forward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), opts))
     return out, lse
 
@@ -143,10 +145,11 @@ def _like(name, t):
 
 
 def _backward_op(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale,
-                 seqstart_q, seqstart_k, seqused_k, deterministic, bias_grad):
+                 seqstart_q, seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, bias_grad):
     dq, dk, dv = _like("dq", q), _like("dk", k), _like("dv", v)
     dbias = _like("dbias", bias) if bias_grad else q.new_empty(0)
-    opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k)
+    opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
+                    max_seqlen_q, max_seqlen_k)
     _check(_C.backward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), _desc(dout), _desc(dq),
                        _desc(dk), _desc(dv), _desc(dbias) if bias_grad else None, deterministic, opts))
     return dq, dk, dv, dbias
@@ -156,7 +159,7 @@ def _shape(t):
     return "[" + ", ".join(str(n) for n in t.shape) + "]"
 
 
-def _check_shapes(q, k, v, bias, seqstart_q):
+def _check_shapes(q, k, v, bias, seqstart_q, max_seqlen_q, max_seqlen_k):
     """The library's rules on sizes and dtypes, for the fake implementations: under tracing there is
     no memory to hand the library, and a problem it would refuse must not trace to shapes. The
     messages are the library's (src/core/problem.cpp)."""
@@ -184,29 +187,37 @@ def _check_shapes(q, k, v, bias, seqstart_q):
         raise ValueError(f"memattn: bias: expected a rank-4 [B, Hq, Mq, Mk] tensor, got {_shape(bias)}")
     if bias.dtype not in (q.dtype, torch.float32):
         raise ValueError(f"memattn: bias: dtype {bias.dtype} must be {q.dtype} (the dtype of q) or float32")
-    # With variable lengths B is the number of sequences, and Mq, Mk the longest ones (in the data).
+    # With variable lengths B is the number of sequences, and Mq, Mk the longest ones (in the data,
+    # unless bounded: then the bounds, and a larger bias is allowed).
     full = (b, hq, q.shape[1], mk) if seqstart_q is None else (seqstart_q.shape[0] - 1, hq)
     for dim, n in enumerate(full):
         if bias.shape[dim] not in (1, n):
             raise ValueError(f"memattn: bias: dimension {dim} has size {bias.shape[dim]}; it must be 1 (broadcast) "
                              f"or {n} to broadcast to [B, Hq, Mq, Mk]")
+    if seqstart_q is not None:
+        for dim, bound, total in ((2, max_seqlen_q, q.shape[1]), (3, max_seqlen_k, mk)):
+            n = min(bound, total)
+            if bound >= 0 and bias.shape[dim] != 1 and bias.shape[dim] < n:
+                raise ValueError(f"memattn: bias: dimension {dim} has size {bias.shape[dim]}; it must be 1 (broadcast) "
+                                 f"or {n} or more to broadcast to [B, Hq, Mq, Mk]")
 
 
 @torch.library.custom_op("memattn::attention_forward", mutates_args=())
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], window_left: int, window_right: int,
                       bottom_right: bool, dropout_p: float, rng: Optional[Tensor], scale: Optional[float],
                       seqstart_q: Optional[Tensor], seqstart_k: Optional[Tensor], seqused_k: Optional[Tensor],
-                      deterministic: bool) -> tuple[Tensor, Tensor]:
+                      max_seqlen_q: int, max_seqlen_k: int, deterministic: bool) -> tuple[Tensor, Tensor]:
     """out [B, Mq, Hq, Dv] and lse [B, Hq, Mq] (float32) of BMHK q, k, v. `deterministic` is for the
-    backward; rng is a CPU int64 tensor (seed, offset) when dropout_p > 0; scale None is 1/sqrt(D)."""
+    backward; rng is a CPU int64 tensor (seed, offset) when dropout_p > 0; scale None is 1/sqrt(D);
+    max_seqlen_q/k bound variable lengths (-1: not given)."""
     return _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                    seqstart_k, seqused_k)
+                    seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k)
 
 
 @attention_forward.register_fake
 def _(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k,
-      seqused_k, deterministic):
-    _check_shapes(q, k, v, bias, seqstart_q)
+      seqused_k, max_seqlen_q, max_seqlen_k, deterministic):
+    _check_shapes(q, k, v, bias, seqstart_q, max_seqlen_q, max_seqlen_k)
     out = q.new_empty((*q.shape[:-1], v.shape[-1]))
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
     return out, lse
@@ -216,17 +227,17 @@ def _(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, sc
 def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], out: Tensor, lse: Tensor,
                        window_left: int, window_right: int, bottom_right: bool, dropout_p: float,
                        rng: Optional[Tensor], scale: Optional[float], seqstart_q: Optional[Tensor],
-                       seqstart_k: Optional[Tensor], seqused_k: Optional[Tensor], deterministic: bool,
-                       bias_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                       seqstart_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int,
+                       max_seqlen_k: int, deterministic: bool, bias_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """dq, dk, dv and dbias (an empty tensor unless bias_grad) of the forward above."""
     return _backward_op(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale,
-                        seqstart_q, seqstart_k, seqused_k, deterministic, bias_grad)
+                        seqstart_q, seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, bias_grad)
 
 
 @attention_backward.register_fake
 def _(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-      seqstart_k, seqused_k, deterministic, bias_grad):
-    _check_shapes(q, k, v, bias, seqstart_q)
+      seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, bias_grad):
+    _check_shapes(q, k, v, bias, seqstart_q, max_seqlen_q, max_seqlen_k)
     dbias = torch.empty_like(bias) if bias_grad else q.new_empty(0)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dbias
 
@@ -243,25 +254,28 @@ attention_backward.register_autograd(_no_double_backward)
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
-     deterministic) = inputs
+     max_seqlen_q, max_seqlen_k, deterministic) = inputs
     out, lse = output
     ctx.mark_non_differentiable(lse)  # the LSE is an auxiliary output; its gradient is not supported
     ctx.save_for_backward(q, k, v, bias, out, lse, rng, seqstart_q, seqstart_k, seqused_k)
-    ctx.settings = (window_left, window_right, bottom_right, dropout_p, scale, deterministic)
+    ctx.settings = (window_left, window_right, bottom_right, dropout_p, scale, max_seqlen_q, max_seqlen_k, deterministic)
 
 
 def _backward_inputs(ctx, dout):
     q, k, v, bias, out, lse, rng, seqstart_q, seqstart_k, seqused_k = ctx.saved_tensors
-    window_left, window_right, bottom_right, dropout_p, scale, deterministic = ctx.settings
+    window_left, window_right, bottom_right, dropout_p, scale, max_seqlen_q, max_seqlen_k, deterministic = ctx.settings
     bias_grad = bias is not None and ctx.needs_input_grad[3]
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     return (dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-            seqstart_k, seqused_k, deterministic, bias_grad)
+            seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, bias_grad)
+
+
+_NON_TENSOR_INPUTS = 12  # attention_forward's inputs after q, k, v and the bias: no gradient
 
 
 def _gradients(dq, dk, dv, dbias, bias_grad):
-    return dq, dk, dv, (dbias if bias_grad else None), None, None, None, None, None, None, None, None, None, None
+    return (dq, dk, dv, (dbias if bias_grad else None)) + (None,) * _NON_TENSOR_INPUTS
 
 
 def _backward(ctx, dout, dlse):
@@ -293,11 +307,11 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                seqstart_k, seqused_k, deterministic):
+                seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic):
         out, lse = _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                            seqstart_k, seqused_k)
+                            seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k)
         _setup_context(ctx, (q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                             seqstart_k, seqused_k, deterministic), (out, lse))
+                             seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic), (out, lse))
         # The LSE's gradient is never used: without this autograd fills a zero tensor for it (a
         # kernel launch on the path to the backward's first kernel).
         ctx.set_materialize_grads(False)

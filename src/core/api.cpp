@@ -123,8 +123,17 @@ Status for_uncovered(const std::vector<std::int32_t>& starts, std::int64_t total
   return f(std::int64_t(starts.back()), total);
 }
 
+// The same where the lengths stay on the device: the fill kernel reads the bounds there.
+Status fill_outside(const TensorRef& t, int dim, const IndexRef& starts, double value, void* stream) {
+  return cuda::fill_outside(t, dim, starts.data, starts.size - 1, value, stream);
+}
+
 Status finish_uncovered(const ForwardArgs& a, const detail::Problem& p) {
   if (!p.varlen) return Status::Ok();
+  if (!p.lengths_known) {
+    if (Status s = fill_outside(a.out, 1, a.varlen.seqstart_q, 0.0, a.stream); !s.ok()) return s;
+    return a.lse.defined() ? fill_outside(a.lse, 2, a.varlen.seqstart_q, kNegInf, a.stream) : Status::Ok();
+  }
   return for_uncovered(p.seqstart_q, a.q.sizes[1], [&](std::int64_t begin, std::int64_t end) {
     if (begin >= end) return Status::Ok();
     if (Status s = fill(rows(a.out, 1, begin, end), 0.0, p, a.stream); !s.ok()) return s;
@@ -134,6 +143,11 @@ Status finish_uncovered(const ForwardArgs& a, const detail::Problem& p) {
 
 Status finish_uncovered(const BackwardArgs& a, const detail::Problem& p) {
   if (!p.varlen) return Status::Ok();
+  if (!p.lengths_known) {
+    if (Status s = fill_outside(a.dq, 1, a.varlen.seqstart_q, 0.0, a.stream); !s.ok()) return s;
+    if (Status s = fill_outside(a.dk, 1, a.varlen.seqstart_k, 0.0, a.stream); !s.ok()) return s;
+    return fill_outside(a.dv, 1, a.varlen.seqstart_k, 0.0, a.stream);
+  }
   const auto zero = [&](const TensorRef& t) {
     return [&](std::int64_t begin, std::int64_t end) {
       return begin < end ? fill(rows(t, 1, begin, end), 0.0, p, a.stream) : Status::Ok();
@@ -258,7 +272,7 @@ Status describe_plan_impl(const BackwardArgs& args, std::string* plan) {
 
 Status forward_flops_impl(const ForwardArgs& args, double* flops) {
   detail::Problem p;
-  if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
+  if (Status s = detail::build_problem(args, &p, detail::Lengths::read); !s.ok()) return s;
   *flops = 2.0 * p.visible_pairs() * double(p.head_dim + p.head_dim_v);
   return Status::Ok();
 }

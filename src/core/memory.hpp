@@ -19,8 +19,9 @@ struct PointerInfo {
 
 PointerInfo locate(const void* ptr);
 
-// Copies `bytes` from `src` (host or device memory) into host memory.
-Status copy_to_host(void* dst, const void* src, std::size_t bytes, Location from);
+// Copies `bytes` from `src` (host or device memory) into host memory. From the device, in the order
+// of `stream` (cudaStream_t: the call's, whose earlier work may write `src`), waiting for it.
+Status copy_to_host(void* dst, const void* src, std::size_t bytes, Location from, void* stream);
 
 // The CUDA device that calls run on (the current device), or -1 when there is none.
 int current_cuda_device();

@@ -222,28 +222,40 @@ Status check_varlen_structure(const Varlen& vl) {
   return Status::Ok();
 }
 
-// Copies a validated int32 view into host memory. The CUDA backend's kernels read the arrays
-// themselves, contiguous; on the host any stride is read through.
-Status copy_index(const IndexRef& x, const char* name, Location where, std::vector<std::int32_t>* out) {
+// The CUDA backend's kernels read the arrays themselves, contiguous; on the host any stride is
+// read through.
+Status check_readable(const IndexRef& x, const char* name, Location where) {
+  if (where == Location::device && x.size > 1 && x.stride != 1)
+    return invalid(std::string(name) + ": stride " + std::to_string(x.stride) +
+                   "; the CUDA backend reads these arrays contiguous (stride 1)");
+  return Status::Ok();
+}
+
+// Copies a validated int32 view into host memory.
+Status copy_index(const IndexRef& x, const char* name, Location where, void* stream, std::vector<std::int32_t>* out) {
   out->resize(std::size_t(x.size));
   if (x.size == 0) return Status::Ok();
-  if (where == Location::device) {
-    if (x.size > 1 && x.stride != 1)
-      return invalid(std::string(name) + ": stride " + std::to_string(x.stride) +
-                     "; the CUDA backend reads these arrays contiguous (stride 1)");
-    return copy_to_host(out->data(), x.data, std::size_t(x.size) * 4, where);
-  }
+  if (Status s = check_readable(x, name, where); !s.ok()) return s;
+  if (where == Location::device) return copy_to_host(out->data(), x.data, std::size_t(x.size) * 4, where, stream);
   for (std::int64_t i = 0; i < x.size; ++i) (*out)[std::size_t(i)] = x.data[i * x.stride];
   return Status::Ok();
 }
 
-Status read_varlen(const Varlen& vl, Location where, std::int64_t total_q, std::int64_t total_k,
+// A caller's bound on the sequence lengths, checked against the lengths read.
+Status check_bound(std::int64_t bound, std::int64_t longest, std::int64_t b, const char* name, const char* what) {
+  if (bound == kUnknownLength || longest <= bound) return Status::Ok();
+  return invalid(std::string(name) + " = " + std::to_string(bound) + " is less than the " +
+                 std::to_string(longest) + " " + what + " of sequence " + std::to_string(b));
+}
+
+// The values of a variable-length description, read on the host and checked in full.
+Status read_varlen(const Varlen& vl, Location where, void* stream, std::int64_t total_q, std::int64_t total_k,
                    Problem* p) {
   const std::size_t n = std::size_t(vl.num_seqs());
-  if (Status s = copy_index(vl.seqstart_q, "varlen.seqstart_q", where, &p->seqstart_q); !s.ok()) return s;
-  if (Status s = copy_index(vl.seqstart_k, "varlen.seqstart_k", where, &p->seqstart_k); !s.ok()) return s;
+  if (Status s = copy_index(vl.seqstart_q, "varlen.seqstart_q", where, stream, &p->seqstart_q); !s.ok()) return s;
+  if (Status s = copy_index(vl.seqstart_k, "varlen.seqstart_k", where, stream, &p->seqstart_k); !s.ok()) return s;
   if (vl.seqused_k.defined()) {
-    if (Status s = copy_index(vl.seqused_k, "varlen.seqused_k", where, &p->seqlen_k_used); !s.ok()) return s;
+    if (Status s = copy_index(vl.seqused_k, "varlen.seqused_k", where, stream, &p->seqlen_k_used); !s.ok()) return s;
   } else {
     p->seqlen_k_used.resize(n);
   }
@@ -275,15 +287,43 @@ Status read_varlen(const Varlen& vl, Location where, std::int64_t total_q, std::
     } else {
       p->seqlen_k_used[b] = klen;
     }
-    p->seqlen_q = std::max<std::int64_t>(p->seqlen_q, p->seqstart_q[b + 1] - p->seqstart_q[b]);
+    const std::int64_t qlen = p->seqstart_q[b + 1] - p->seqstart_q[b];
+    if (Status s = check_bound(vl.max_seqlen_q, qlen, std::int64_t(b), "varlen.max_seqlen_q", "query rows"); !s.ok())
+      return s;
+    if (Status s = check_bound(vl.max_seqlen_k, p->seqlen_k_used[b], std::int64_t(b), "varlen.max_seqlen_k",
+                               "used keys");
+        !s.ok())
+      return s;
+    p->seqlen_q = std::max(p->seqlen_q, qlen);
     p->seqlen_k = std::max<std::int64_t>(p->seqlen_k, p->seqlen_k_used[b]);
   }
   return Status::Ok();
 }
 
+// Variable lengths: the sequences' values (read unless the CUDA backend was given bounds) and the
+// longest lengths, which size the grid and the bias: the caller's bounds where given.
+Status resolve_varlen(const Varlen& vl, Lengths lengths, void* stream, std::int64_t total_q, std::int64_t total_k,
+                      Problem* p) {
+  p->batch = vl.num_seqs();
+  const Location where = p->backend == Backend::cuda ? Location::device : Location::host;
+  p->lengths_known = where == Location::host || !vl.bounded() || lengths == Lengths::read;
+  if (p->lengths_known) {
+    if (Status s = read_varlen(vl, where, stream, total_q, total_k, p); !s.ok()) return s;
+  } else {
+    for (const auto& [x, name] : {std::pair{&vl.seqstart_q, "varlen.seqstart_q"},
+                                  std::pair{&vl.seqstart_k, "varlen.seqstart_k"},
+                                  std::pair{&vl.seqused_k, "varlen.seqused_k"}})
+      if (Status s = check_readable(*x, name, where); !s.ok()) return s;
+  }
+  // No sequence is longer than its packed tensor.
+  if (vl.max_seqlen_q != kUnknownLength) p->seqlen_q = std::min(vl.max_seqlen_q, total_q);
+  if (vl.max_seqlen_k != kUnknownLength) p->seqlen_k = std::min(vl.max_seqlen_k, total_k);
+  return Status::Ok();
+}
+
 // Checks shared by the forward and the backward: q, k, v, bias, options. Fills sizes.
 Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, const TensorRef& v,
-                    const TensorRef& bias, std::vector<NamedPointer> pointers, Problem* p) {
+                    const TensorRef& bias, std::vector<NamedPointer> pointers, Lengths lengths, Problem* p) {
   if (Status s = check_tensor(q, "q", "[B, Mq, Hq, D]", 4); !s.ok()) return s;
   if (Status s = check_tensor(k, "k", "[B, Mk, Hk, D]", 4); !s.ok()) return s;
   if (Status s = check_tensor(v, "v", "[B, Mk, Hk, Dv]", 4); !s.ok()) return s;
@@ -319,6 +359,10 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
       return invalid("q: with variable lengths the batch dimension must be 1 (packed), got " +
                      std::to_string(q.sizes[0]));
     if (Status s = check_varlen_structure(vl); !s.ok()) return s;
+    for (const auto& [bound, name] : {std::pair{vl.max_seqlen_q, "varlen.max_seqlen_q"},
+                                      std::pair{vl.max_seqlen_k, "varlen.max_seqlen_k"}})
+      if (bound < 0 && bound != kUnknownLength)
+        return invalid(std::string(name) + ": must be >= 0 or kUnknownLength, got " + std::to_string(bound));
     pointers.push_back({"varlen.seqstart_q", vl.seqstart_q.data});
     pointers.push_back({"varlen.seqstart_k", vl.seqstart_k.data});
     pointers.push_back({"varlen.seqused_k", vl.seqused_k.data});
@@ -329,14 +373,11 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
   }
   // Empty: no (query, key) pair at all. Validation goes on in full; api.cpp returns at once.
   p->empty = q.sizes[0] == 0 || q.sizes[1] == 0 || k.sizes[1] == 0 || p->heads_q == 0 ||
-             (p->varlen && vl.num_seqs() == 0);
+             (p->varlen && (vl.num_seqs() == 0 || vl.max_seqlen_q == 0 || vl.max_seqlen_k == 0));
   pointers.push_back({"workspace", opt.workspace});
   if (Status s = check_locations(pointers, opt.backend, q.dtype, p); !s.ok()) return s;
-  if (p->varlen) {
-    p->batch = vl.num_seqs();
-    const Location where = p->backend == Backend::cuda ? Location::device : Location::host;
-    if (Status s = read_varlen(vl, where, q.sizes[1], k.sizes[1], p); !s.ok()) return s;
-  }
+  if (p->varlen)
+    if (Status s = resolve_varlen(vl, lengths, opt.stream, q.sizes[1], k.sizes[1], p); !s.ok()) return s;
 
   p->has_bias = bias.defined();
   if (p->has_bias) {
@@ -484,8 +525,8 @@ double visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64_t shi
 }
 
 double Problem::visible_pairs() const {
-  if (!varlen) {  // every batch entry alike: one count (B may be 2^40)
-    const Sequence s = sequence(0);
+  if (!varlen || !lengths_known) {  // every batch entry alike: one count (B may be 2^40)
+    const Sequence s{0, 0, seqlen_q, 0, seqlen_k};
     const std::int64_t shift = bottom_right ? s.k_len - s.q_len : 0;
     return double(batch) * visible_pairs_of(s.q_len, s.k_len, shift, window_left, window_right) * double(heads_q);
   }
@@ -498,11 +539,11 @@ double Problem::visible_pairs() const {
   return pairs * double(heads_q);
 }
 
-Status build_problem(const ForwardArgs& a, Problem* p) {
+Status build_problem(const ForwardArgs& a, Problem* p, Lengths lengths) {
   *p = Problem{};
   const std::vector<NamedPointer> ptrs = {{"q", a.q.data},     {"k", a.k.data},     {"v", a.v.data},
                                           {"bias", a.bias.data}, {"out", a.out.data}, {"lse", a.lse.data}};
-  if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, p); !s.ok()) return s;
+  if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, lengths, p); !s.ok()) return s;
   if (Status s = check_kernel_override(a.overrides, cuda::Pass::forward, *p); !s.ok()) return s;
   if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, Lse::optional); !s.ok()) return s;
   if (Status s = check_no_overlap(a.out, "out"); !s.ok()) return s;
@@ -511,13 +552,13 @@ Status build_problem(const ForwardArgs& a, Problem* p) {
   return Status::Ok();
 }
 
-Status build_problem(const BackwardArgs& a, Problem* p) {
+Status build_problem(const BackwardArgs& a, Problem* p, Lengths lengths) {
   *p = Problem{};
   const std::vector<NamedPointer> ptrs = {
       {"q", a.q.data},       {"k", a.k.data},   {"v", a.v.data},   {"bias", a.bias.data},
       {"out", a.out.data},   {"lse", a.lse.data}, {"dout", a.dout.data}, {"dq", a.dq.data},
       {"dk", a.dk.data},     {"dv", a.dv.data}, {"dbias", a.dbias.data}};
-  if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, p); !s.ok()) return s;
+  if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, lengths, p); !s.ok()) return s;
   if (Status s = check_kernel_override(a.overrides, cuda::Pass::backward, *p); !s.ok()) return s;
   if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, Lse::required); !s.ok()) return s;
   if (Status s = check_out_lse(a.dout, TensorRef{}, "dout", a.q, *p, Lse::optional); !s.ok()) return s;

@@ -25,6 +25,9 @@ struct Problem {
   std::int64_t head_dim = 0, head_dim_v = 0;
   std::int64_t seqlen_q = 0, seqlen_k = 0;  // Mq, Mk; the longest sequence with variable lengths
   bool varlen = false;
+  // False when the CUDA backend was given length bounds (Varlen::bounded) and the values stay on
+  // the device: then the host copies are empty and seqlen_q/seqlen_k are the bounds.
+  bool lengths_known = true;
   std::vector<std::int32_t> seqstart_q, seqstart_k, seqlen_k_used;  // host copies (varlen only)
 
   DType dtype = DType::f32;
@@ -50,8 +53,9 @@ struct Problem {
   bool has_dropout() const { return dropout_p > 0.0; }
   bool is_masked() const { return window_left != kUnbounded || window_right != kUnbounded; }
   std::int64_t group_size() const { return heads_k > 0 ? heads_q / heads_k : 0; }  // Hk = 0 only with Hq = 0
-  Sequence sequence(std::int64_t b) const;
-  // Number of (query, key) pairs that the mask leaves visible, summed over batch and heads.
+  Sequence sequence(std::int64_t b) const;  // needs lengths_known
+  // Number of (query, key) pairs that the mask leaves visible, summed over batch and heads; with
+  // the lengths unknown, every sequence counts at its bounds (an upper bound).
   double visible_pairs() const;
 };
 
@@ -62,9 +66,13 @@ struct Problem {
 double visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64_t shift, std::int64_t left,
                         std::int64_t right);
 
+// Whether variable lengths are read on the host even where the CUDA backend was given bounds
+// (which lets it leave them on the device): `read` for counts that need every length (flops).
+enum class Lengths { as_needed, read };
+
 // Validates every argument and fills `problem`. Nothing is launched or written.
-Status build_problem(const ForwardArgs& args, Problem* problem);
-Status build_problem(const BackwardArgs& args, Problem* problem);
+Status build_problem(const ForwardArgs& args, Problem* problem, Lengths lengths = Lengths::as_needed);
+Status build_problem(const BackwardArgs& args, Problem* problem, Lengths lengths = Lengths::as_needed);
 
 // A caller's workspace: 16-byte aligned, and at least `needed` bytes (the chosen plan's).
 Status check_workspace(const Options& options, std::size_t needed);

@@ -29,6 +29,11 @@ Status backward(const BackwardArgs& args, const detail::Problem& problem);
 // (cudaStream_t): the outputs no kernel reaches.
 Status fill(const TensorRef& view, double value, void* stream);
 
+// The same for the rows of dimension `dim` outside [starts[0], starts[num_seqs]), with `starts` a
+// device array whose values are only read on the device (clamped into the dimension).
+Status fill_outside(const TensorRef& view, int dim, const std::int32_t* starts, std::int64_t num_seqs,
+                    double value, void* stream);
+
 Status describe_forward(const ForwardArgs& args, const detail::Problem& problem, std::string* plan);
 Status describe_backward(const BackwardArgs& args, const detail::Problem& problem, std::string* plan);
 

@@ -54,6 +54,8 @@ FwdParams forward_params(const Args& a, const detail::Problem& p, int block_m) {
     f.seqstart_q = a.varlen.seqstart_q.data;
     f.seqstart_k = a.varlen.seqstart_k.data;
     f.seqused_k = a.varlen.seqused_k.data;
+    f.packed_q = a.q.sizes[1];
+    f.packed_k = a.k.sizes[1];
   }
   f.scale = float(p.scale);
   f.scale_log2 = float(p.scale * kLog2e);

@@ -11,7 +11,7 @@ namespace detail {
 
 PointerInfo locate(const void*) { return {Location::host, -1}; }
 
-Status copy_to_host(void* dst, const void* src, std::size_t bytes, Location) {
+Status copy_to_host(void* dst, const void* src, std::size_t bytes, Location, void*) {
   std::memcpy(dst, src, bytes);
   return Status::Ok();
 }
@@ -38,6 +38,7 @@ Status workspace_size(const BackwardArgs&, const detail::Problem&, std::size_t*)
 Status forward(const ForwardArgs&, const detail::Problem&) { return missing(); }
 Status backward(const BackwardArgs&, const detail::Problem&) { return missing(); }
 Status fill(const TensorRef&, double, void*) { return missing(); }
+Status fill_outside(const TensorRef&, int, const std::int32_t*, std::int64_t, double, void*) { return missing(); }
 Status describe_forward(const ForwardArgs&, const detail::Problem&, std::string*) { return missing(); }
 Status describe_backward(const BackwardArgs&, const detail::Problem&, std::string*) { return missing(); }
 

@@ -22,14 +22,17 @@ PointerInfo locate(const void* ptr) {
   return {Location::host, -1};
 }
 
-Status copy_to_host(void* dst, const void* src, std::size_t bytes, Location from) {
+Status copy_to_host(void* dst, const void* src, std::size_t bytes, Location from, void* stream) {
   if (from == Location::host) {
     std::memcpy(dst, src, bytes);
     return Status::Ok();
   }
-  const cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+  // Not cudaMemcpy: the legacy default stream does not wait for a non-blocking stream's work.
+  const auto s = static_cast<cudaStream_t>(stream);
+  cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
   if (err != cudaSuccess)
-    return {StatusCode::device_error, std::string("cudaMemcpy to host: ") + cudaGetErrorString(err)};
+    return {StatusCode::device_error, std::string("copy to host: ") + cudaGetErrorString(err)};
   return Status::Ok();
 }
 

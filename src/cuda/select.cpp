@@ -113,10 +113,14 @@ Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
 }
 
 // How many queries a key sees on average (for rows with min_queries_per_key): Mq without a mask.
+// With the lengths left on the device, every sequence counts at its bounds.
 double queries_per_key(const detail::Problem& p) {
-  std::int64_t keys = 0;
-  for (std::int64_t b = 0; b < p.batch; ++b) keys += p.sequence(b).k_len;
-  return keys > 0 ? p.visible_pairs() / (double(keys) * double(p.heads_q)) : 0.0;
+  double keys = double(p.batch) * double(p.seqlen_k);
+  if (p.lengths_known) {
+    keys = 0;
+    for (std::int64_t b = 0; b < p.batch; ++b) keys += double(p.sequence(b).k_len);
+  }
+  return keys > 0 ? p.visible_pairs() / (keys * double(p.heads_q)) : 0.0;
 }
 
 // Whether a dense 16-bit dbias can be written 16 bytes at a time from the bias tile's shared

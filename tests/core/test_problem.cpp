@@ -235,6 +235,41 @@ TEST(Validation, VarlenStridedSeqstartIsReadThroughItsStride) {
   EXPECT_EQ(contiguous.seqstart_q, strided.seqstart_q);
 }
 
+// Length bounds: checked against the values wherever these are read (always on the CPU); they
+// size the problem (the grid, the bias), clamped to the packed rows.
+TEST(Validation, VarlenBounds) {
+  const auto spec = varlen_spec();  // query lengths 3, 0, 5 of 8 rows; keys 4, 2, 6 of 12
+  const auto reject = [&](std::function<void(ForwardArgs&)> f, const char* needle) {
+    expect_rejected(f, nullptr, needle, StatusCode::invalid_argument, spec);
+  };
+  reject([](ForwardArgs& a) { a.varlen.max_seqlen_q = -2; }, "varlen.max_seqlen_q: must be >= 0 or kUnknownLength, got -2");
+  reject([](ForwardArgs& a) { a.varlen.max_seqlen_k = -5; }, "varlen.max_seqlen_k: must be >= 0");
+  reject([](ForwardArgs& a) { a.varlen.max_seqlen_q = 4; }, "varlen.max_seqlen_q = 4 is less than the 5 query rows of sequence 2");
+  reject([](ForwardArgs& a) { a.varlen.max_seqlen_k = 5, a.varlen.max_seqlen_q = 5; },
+         "varlen.max_seqlen_k = 5 is less than the 6 used keys of sequence 2");
+
+  tools::Workload w(spec);
+  w.fill_inputs(next_seed());
+  ForwardArgs a = w.forward_args();
+  a.varlen.max_seqlen_q = 6;
+  a.varlen.max_seqlen_k = 1000;
+  detail::Problem p;
+  ASSERT_TRUE(detail::build_problem(a, &p).ok());
+  EXPECT_TRUE(p.lengths_known);  // host arrays are always read
+  EXPECT_EQ(p.seqlen_q, 6);
+  EXPECT_EQ(p.seqlen_k, 12);  // the packed keys
+  a.varlen.max_seqlen_q = 0;  // every sequence empty: not so, and said so
+  const Status s = detail::build_problem(a, &p);
+  EXPECT_NE(s.message().find("varlen.max_seqlen_q = 0 is less than the 3 query rows of sequence 0"), std::string::npos)
+      << s.to_string();
+
+  // The bias covers the bounds, not only the lengths.
+  auto biased = spec;
+  biased.bias = tools::bias_pattern(tools::BiasKind::dense);
+  expect_rejected([](ForwardArgs& f) { f.varlen.max_seqlen_q = 7; }, nullptr, "bias: dimension 2 has size 5",
+                  StatusCode::invalid_argument, biased);
+}
+
 TEST(Validation, VarlenNeedsPackedBatch) {
   expect_rejected(
       [](ForwardArgs& a) {

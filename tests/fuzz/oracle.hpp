@@ -62,6 +62,7 @@ class Oracle {
     const std::int64_t n = vl.seqstart_q.size - 1;
     if (n < 0 || vl.seqstart_k.size != n + 1) return refuse;
     if (vl.seqused_k.defined() && (vl.seqused_k.size != n || (n > 0 && !vl.seqused_k.data))) return refuse;
+    if (vl.max_seqlen_q < kUnknownLength || vl.max_seqlen_k < kUnknownLength) return refuse;
     const auto at = [](const IndexRef& x, std::int64_t i) { return std::int64_t(x.data[i * x.stride]); };
     for (const IndexRef* st : {&vl.seqstart_q, &vl.seqstart_k}) {
       if (at(*st, 0) < 0) return refuse;
@@ -73,6 +74,10 @@ class Oracle {
       const std::int64_t klen = at(vl.seqstart_k, s + 1) - at(vl.seqstart_k, s);
       const std::int64_t used = vl.seqused_k.defined() ? at(vl.seqused_k, s) : klen;
       if (used < 0 || used > klen) return refuse;
+      const std::int64_t qlen = at(vl.seqstart_q, s + 1) - at(vl.seqstart_q, s);
+      if ((vl.max_seqlen_q != kUnknownLength && qlen > vl.max_seqlen_q) ||
+          (vl.max_seqlen_k != kUnknownLength && used > vl.max_seqlen_k))
+        return refuse;
       seqs_.push_back({0, at(vl.seqstart_q, s), at(vl.seqstart_q, s + 1) - at(vl.seqstart_q, s),
                        at(vl.seqstart_k, s), used});
     }

@@ -201,6 +201,7 @@ struct VarlenGen {
   std::vector<std::int32_t> seqstart_q, seqstart_k, seqused_k;  // as meant (before view mutations)
   Index q, k, used;
   bool has_used = false;
+  std::int64_t max_seqlen_q = kUnknownLength, max_seqlen_k = kUnknownLength;  // the bounds given
   std::int64_t total_q = 0, total_k = 0;  // packed rows of q and of k/v
   bool backed() const { return q.backed && k.backed && (!has_used || used.backed); }
 };
@@ -247,6 +248,19 @@ inline void make_varlen(FuzzedDataProvider& f, VarlenGen* g) {
   view(&g->used, g->seqused_k);
   if (f.ConsumeIntegralInRange<int>(0, 31) == 31) g->q.make({}, 0, 1, true);  // seqstart_q missing
   if (f.ConsumeIntegralInRange<int>(0, 31) == 31) g->k.make({}, 0, 1, true);  // seqstart_k missing
+  // Length bounds, now and then: around the longest lengths, below them, or not a length at all.
+  const auto bound = [&](std::int64_t longest) {
+    if (f.ConsumeIntegralInRange<int>(0, 3) != 3) return kUnknownLength;
+    return longest + f.PickValueInArray<std::int64_t>({-1, 0, 0, 5, std::numeric_limits<std::int32_t>::max()});
+  };
+  std::int64_t longest_q = 0, longest_k = 0;
+  for (std::size_t s = 0; s + 1 < g->seqstart_q.size(); ++s) {
+    longest_q = std::max<std::int64_t>(longest_q, std::int64_t(g->seqstart_q[s + 1]) - g->seqstart_q[s]);
+    longest_k = std::max<std::int64_t>(longest_k, std::int64_t(g->seqstart_k[s + 1]) - g->seqstart_k[s]);
+  }
+  g->max_seqlen_q = bound(longest_q);
+  g->max_seqlen_k = bound(longest_k);
+  if (f.ConsumeIntegralInRange<int>(0, 63) == 63) g->max_seqlen_q = -7;
 }
 
 inline void apply_varlen(const VarlenGen& g, Options* o) {
@@ -254,6 +268,8 @@ inline void apply_varlen(const VarlenGen& g, Options* o) {
   o->varlen.seqstart_q = g.q.view;
   o->varlen.seqstart_k = g.k.view;
   if (g.has_used) o->varlen.seqused_k = g.used.view;
+  o->varlen.max_seqlen_q = g.max_seqlen_q;
+  o->varlen.max_seqlen_k = g.max_seqlen_k;
 }
 
 // Mask, dropout, scale, backend and overrides: mostly valid, sometimes not.

@@ -153,7 +153,8 @@ def test_gradcheck_float64_cpu():
     rng = torch.tensor([99, 0], dtype=torch.int64)  # fixed dropout mask across gradcheck's calls
 
     def f(q, k, v, bias):
-        out, _ = torch.ops.memattn.attention_forward(q, k, v, bias, 3, 1, True, 0.25, rng, 0.5, None, None, None, False)
+        out, _ = torch.ops.memattn.attention_forward(q, k, v, bias, 3, 1, True, 0.25, rng, 0.5, None, None, None, -1, -1,
+                                                     False)
         return out
 
     assert torch.autograd.gradcheck(f, (q, k, v, bias), eps=1e-6, atol=1e-8)
@@ -162,8 +163,8 @@ def test_gradcheck_float64_cpu():
 def test_opcheck():
     q, k, v = torch.randn(2, 9, 2, 8), torch.randn(2, 11, 1, 8), torch.randn(2, 11, 1, 8)
     bias = torch.randn(2, 1, 9, 11, requires_grad=True)
-    for args in [(q, k, v, None, -1, 0, False, 0.0, None, 0.35, None, None, None, False),
-                 (q.requires_grad_(), k, v, bias, 4, 2, True, 0.0, None, 0.35, None, None, None, False)]:
+    for args in [(q, k, v, None, -1, 0, False, 0.0, None, 0.35, None, None, None, -1, -1, False),
+                 (q.requires_grad_(), k, v, bias, 4, 2, True, 0.0, None, 0.35, None, None, None, -1, -1, False)]:
         torch.library.opcheck(torch.ops.memattn.attention_forward.default, args)
 
 
@@ -492,7 +493,7 @@ def test_library_out_of_memory_is_a_memory_error(path):
     lse = torch.zeros(1, 1, mq).expand(1, hq, mq)
     with pytest.raises(MemoryError, match=r"host memory: the reference backend's backward needs about \d+ bytes"):
         torch.ops.memattn.attention_backward(out, q, k, v, torch.zeros(1, 1, mq, mk, dtype=f64), out, lse, -1, -1,
-                                             False, 0.0, None, None, None, None, None, False, True)
+                                             False, 0.0, None, None, None, None, None, -1, -1, False, True)
 
 
 def packed(device, rows=10, keys=11):
@@ -565,6 +566,47 @@ def test_incomplete_or_inconsistent_varlen_arrays_are_refused(varlen, message):
               if name != "device"}
     with pytest.raises(ValueError, match=message):
         memattn.attention(q, k, v, **arrays)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_length_bounds_change_nothing_but_the_wait(device):
+    """max_seqlen_q/max_seqlen_k: the same results as without them (rows outside every sequence
+    included), bit for bit; on CUDA the call then reads no length on the host, so it can be
+    captured in a CUDA graph (a copy to the host cannot be captured)."""
+    q, k, v = packed(device)
+    sq, sk, used = int32([0, 3, 7], device), int32([0, 4, 9], device), int32([4, 3], device)
+    dout = torch.randn(1, 10, 2, 8, device=device)
+    results = []
+    for bounds in ({}, dict(max_seqlen_q=4, max_seqlen_k=4), dict(max_seqlen_q=9, max_seqlen_k=11)):
+        out, lse = memattn.attention(q, k, v, causal=True, seqstart_q=sq, seqstart_k=sk, seqused_k=used,
+                                     deterministic=True, return_lse=True, **bounds)
+        results.append((out, lse, *torch.autograd.grad(out, (q, k, v), dout)))
+    for other in results[1:]:
+        for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), results[0], other):
+            assert torch.equal(a, b), name
+    if device != "cuda":
+        return
+    q, k, v = (t.detach() for t in (q, k, v))
+    bounded = dict(seqstart_q=sq, seqstart_k=sk, seqused_k=used, max_seqlen_q=4, max_seqlen_k=4, causal=True)
+    memattn.attention(q, k, v, **bounded)  # outside the capture: whatever is set up once
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = memattn.attention(q, k, v, **bounded)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, results[0][0].detach())
+
+
+def test_length_bounds_are_checked_on_the_cpu():
+    q, k, v = packed("cpu")
+    sq, sk = int32([0, 3, 7]), int32([0, 4, 9])
+    with pytest.raises(ValueError, match="varlen.max_seqlen_q = 3 is less than the 4 query rows of sequence 1"):
+        memattn.attention(q, k, v, seqstart_q=sq, seqstart_k=sk, max_seqlen_q=3, max_seqlen_k=5)
+    with pytest.raises(ValueError, match="varlen.max_seqlen_k = 4 is less than the 5 used keys of sequence 1"):
+        memattn.attention(q, k, v, seqstart_q=sq, seqstart_k=sk, max_seqlen_q=4, max_seqlen_k=4)
+    with pytest.raises(ValueError, match=r"max_seqlen_k must be an int in \[0, 2\^63 - 1\], got -1"):
+        memattn.attention(q, k, v, seqstart_q=sq, seqstart_k=sk, max_seqlen_k=-1)
 
 
 def test_one_element_seqstarts_describe_no_sequence():

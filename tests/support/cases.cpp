@@ -104,6 +104,23 @@ std::vector<NamedCase> feature_cases(DType dtype, Backend backend) {
          s.dropout = {0.2, 5, 3};
          return s;
        }()},
+      // Length bounds given: the CUDA backend leaves the lengths on the device (its kernels clamp,
+      // a device kernel fills the rows outside); exact bounds, and looser ones under a larger bias.
+      {"varlen_bounded_outside", [] {
+         auto s = with_bias(varlen({5, 30, 70}, {8, 12, 64}), BiasKind::dense);
+         s.varlen_outside = 7;
+         s.seqused_k = {6, 12, 40};
+         s.varlen_bound_slack = 0;
+         return s;
+       }()},
+      {"varlen_bounded_loose", [] {
+         auto s = with_bias(with_mask(varlen({17, 1, 40}, {20, 33, 9}), kUnbounded, 0, BR), BiasKind::dense);
+         s.heads_q = 4;
+         s.heads_k = 2;
+         s.dropout = {0.2, 5, 3};
+         s.varlen_bound_slack = 9;
+         return s;
+       }()},
       // Strides.
       {"kv_stride0", [] { auto s = problem_shape(3, 30, 40, 2, 2, 32, 32); s.kv_broadcast_batch = true; return s; }()},
       {"padded_strides", [] { auto s = with_bias(problem_shape(2, 30, 41, 2, 1, 20, 28), BiasKind::dense); s.padding = 3; return s; }()},

@@ -63,13 +63,13 @@ const char* to_string(Tensor t) {
 
 std::int64_t ProblemSpec::max_q() const {
   if (!varlen()) return seqlen_q;
-  return std::int64_t(*std::max_element(varlen_q.begin(), varlen_q.end()));
+  return std::int64_t(*std::max_element(varlen_q.begin(), varlen_q.end())) + std::max<std::int64_t>(varlen_bound_slack, 0);
 }
 
 std::int64_t ProblemSpec::max_k() const {
   if (!varlen()) return seqlen_k;
   const std::vector<std::int32_t>& lens = seqused_k.empty() ? varlen_k : seqused_k;
-  return std::int64_t(*std::max_element(lens.begin(), lens.end()));
+  return std::int64_t(*std::max_element(lens.begin(), lens.end())) + std::max<std::int64_t>(varlen_bound_slack, 0);
 }
 
 std::string ProblemSpec::describe() const {
@@ -83,6 +83,7 @@ std::string ProblemSpec::describe() const {
     s << "]";
     if (!seqused_k.empty()) s << " seqused_k";
     if (varlen_outside > 0) s << " outside=" << varlen_outside;
+    if (varlen_bound_slack >= 0) s << " bounds(+" << varlen_bound_slack << ")";
   } else {
     s << " Mq=" << seqlen_q << " Mk=" << seqlen_k;
   }
@@ -298,6 +299,10 @@ ForwardArgs Workload::make_forward_args(Memory memory) const {
     a.varlen.seqstart_q = make_index(dev ? device_->seqstart_q() : seqstart_q_.data(), n + 1);
     a.varlen.seqstart_k = make_index(dev ? device_->seqstart_k() : seqstart_k_.data(), n + 1);
     if (!seqused_k_.empty()) a.varlen.seqused_k = make_index(dev ? device_->seqused_k() : seqused_k_.data(), n);
+    if (spec_.varlen_bound_slack >= 0) {
+      a.varlen.max_seqlen_q = spec_.max_q();
+      a.varlen.max_seqlen_k = spec_.max_k();
+    }
   }
   return a;
 }

@@ -39,6 +39,9 @@ struct ProblemSpec {
   std::vector<std::int32_t> seqused_k;           // optional, with varlen
   std::int32_t varlen_outside = 0;  // with varlen: packed rows of q and k before the first sequence
                                     // and after the last, outside every sequence
+  // With varlen, >= 0: Varlen's length bounds are given, the longest lengths plus this (the CUDA
+  // backend then leaves the lengths on the device).
+  std::int64_t varlen_bound_slack = -1;
   bool kv_broadcast_batch = false;  // K and V with batch stride 0 (one K/V shared by the batch)
   std::int64_t padding = 0;         // extra elements after each row and head: non-contiguous strides
   bool with_lse = true;
@@ -50,6 +53,7 @@ struct ProblemSpec {
 
   bool varlen() const { return !varlen_q.empty(); }
   std::int64_t num_seqs() const { return varlen() ? std::int64_t(varlen_q.size()) : batch; }
+  // The lengths a bias covers: the longest sequence's, or the bounds given.
   std::int64_t max_q() const;
   std::int64_t max_k() const;
   std::string describe() const;

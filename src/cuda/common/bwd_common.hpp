@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(256, kDeltaCtasPerSm)
 // Keys of a sequence past seqused_k get zero gradients (one CTA per sequence).
 template <class Element>
 __global__ void __launch_bounds__(256) zero_unused_keys_kernel(const __grid_constant__ BwdParams p) {
-  const int b = blockIdx.x;
-  const std::int64_t begin = p.seqstart_k[b] + p.seqused_k[b], end = p.seqstart_k[b + 1];
+  const SequenceInfo seq = sequence_info(p, blockIdx.x);
+  const std::int64_t begin = seq.k_begin + seq.k_len, end = seq.k_end;
   const std::int64_t width = std::int64_t(p.head_dim) + p.head_dim_v;
   const std::int64_t n = (end - begin) * p.heads_k * width;
   for (std::int64_t e = threadIdx.x; e < n; e += blockDim.x) {

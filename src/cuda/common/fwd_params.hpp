@@ -25,10 +25,11 @@ struct FwdParams {
   int batch;  // B, or the number of sequences with variable lengths
   int heads_q, heads_k, group;
   int head_dim, head_dim_v;
-  std::int64_t seqlen_q, seqlen_k;  // fixed lengths, or the longest sequence with variable lengths
+  std::int64_t seqlen_q, seqlen_k;  // fixed lengths, or the bounds on them with variable lengths
   const int* seqstart_q;            // variable lengths (device arrays), null otherwise
   const int* seqstart_k;
   const int* seqused_k;
+  std::int64_t packed_q, packed_k;  // variable lengths: the packed rows of q and of k (dimension 1)
 
   float scale;       // softmax scale
   float scale_log2;  // softmax scale * log2(e)

@@ -31,17 +31,29 @@ struct SequenceInfo {
   std::int64_t batch;  // index into the tensors' batch dimension (0 with variable lengths)
   std::int64_t q_begin, q_len;
   std::int64_t k_begin, k_len;
+  std::int64_t k_end;  // the sequence's key rows end here (past k_begin + k_len with seqused_k)
 };
 
+__device__ __forceinline__ std::int64_t clamp_index(int x, std::int64_t lo, std::int64_t hi) {
+  return x < lo ? lo : (x > hi ? hi : std::int64_t(x));
+}
+
+// With variable lengths the values come from device arrays that the host may not have checked
+// (Varlen::bounded: nothing synchronises): each is clamped into the packed tensors and each length
+// to the bound that sized the grid and the bias, so no value can index out of bounds. Checked
+// values pass unchanged.
 template <class Params>
 __device__ __forceinline__ SequenceInfo sequence_info(const Params& p, int b) {
-  if (p.seqstart_q == nullptr) return {b, 0, p.seqlen_q, 0, p.seqlen_k};
+  if (p.seqstart_q == nullptr) return {b, 0, p.seqlen_q, 0, p.seqlen_k, p.seqlen_k};
   SequenceInfo s;
   s.batch = 0;
-  s.q_begin = p.seqstart_q[b];
-  s.q_len = p.seqstart_q[b + 1] - s.q_begin;
-  s.k_begin = p.seqstart_k[b];
-  s.k_len = p.seqused_k ? p.seqused_k[b] : p.seqstart_k[b + 1] - s.k_begin;
+  s.q_begin = clamp_index(p.seqstart_q[b], 0, p.packed_q);
+  const std::int64_t q_end = clamp_index(p.seqstart_q[b + 1], s.q_begin, p.packed_q);
+  s.q_len = min(q_end - s.q_begin, p.seqlen_q);
+  s.k_begin = clamp_index(p.seqstart_k[b], 0, p.packed_k);
+  s.k_end = clamp_index(p.seqstart_k[b + 1], s.k_begin, p.packed_k);
+  const std::int64_t k_len = s.k_end - s.k_begin;
+  s.k_len = min(p.seqused_k ? clamp_index(p.seqused_k[b], 0, k_len) : k_len, p.seqlen_k);
   return s;
 }
 

@@ -188,7 +188,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     }
     // Tile coordinates of every score element, for mask, bias and dropout.
     Tensor tScS = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
-    const SequenceInfo lseq{0, 0, opaque(seq.q_len), 0, opaque(seq.k_len)};
+    const SequenceInfo lseq{0, 0, opaque(seq.q_len), 0, opaque(seq.k_len), 0};
     const detail::MaskRule rule = mask_rule(p, lseq);
     const TileOrigin origin{work.b, work.h, opaque(m0), n0, lseq.q_len, lseq.k_len};
     SharedBias shared_bias;
