@@ -2,14 +2,20 @@
 # The whole test suite: install what is missing, build, and run CTest. With nvcc present the CUDA
 # backend is built from the reduced kernel list (one row per kernel kind, so every kernel family
 # compiles in minutes); GPU tests skip without a GPU. Extra arguments go to CMake (e.g. ./test.sh -DMEMATTN_KERNELS=all
-# on a GPU machine). Then scripts/sanitizers.sh: the CPU suite under ASan+UBSan with GCC and
-# clang, and bounded libFuzzer runs.
+# on a GPU machine). Then scripts/python_tests.sh: the PyTorch op's tests on CPU tensors against
+# the newest torch and the oldest that pyproject.toml claims, each installed from PyPI into a
+# virtual environment under build-test/. Then scripts/sanitizers.sh: the CPU suite under
+# ASan+UBSan with GCC and clang, and bounded libFuzzer runs.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/install_deps.sh
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_KERNELS=reduced "$@" >/dev/null
 cmake --build build-test
 ctest --test-dir build-test --output-on-failure -j "$(nproc)"
+# MEMATTN_PYTHON_TESTS=0 skips the Python tests (and their two torch downloads of ~5 GB each).
+if [[ ${MEMATTN_PYTHON_TESTS:-1} != 0 ]]; then
+  scripts/python_tests.sh
+fi
 # The CPU test suite under ASan+UBSan (GCC and clang) and bounded fuzz runs (issue 30 #4);
 # MEMATTN_SANITIZERS=0 skips them for a quick local run (CI runs everything).
 if [[ ${MEMATTN_SANITIZERS:-1} != 0 ]]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what memattn builds with, where it is missing, on a Debian/Ubuntu machine:
 # CMake, Ninja, a C++17 compiler with OpenMP, CLI11 and GoogleTest (Debian packages), clang with
-# libFuzzer, its sanitizer runtimes and OpenMP (the sanitizer builds of ./test.sh), and, when
+# libFuzzer, its sanitizer runtimes and OpenMP (the sanitizer builds of ./test.sh), Python's venv
+# and headers (the Python tests; torch itself comes from PyPI into their environments), and, when
 # nvcc is present, the CUTLASS/CuTe headers (PyPI nvidia-cutlass, installed with --no-deps).
 set -euo pipefail
 
@@ -13,7 +14,15 @@ command -v ninja >/dev/null || packages+=(ninja-build)
 command -v g++ >/dev/null || packages+=(g++)
 [[ -f /usr/include/CLI/CLI.hpp ]] || packages+=(libcli11-dev)
 [[ -f /usr/include/gtest/gtest.h ]] || packages+=(libgtest-dev)
-command -v clang++ >/dev/null || packages+=(clang)  # the sanitizer builds of scripts/sanitizers.sh
+command -v clang++ >/dev/null || packages+=(clang)  # sanitizer builds, the clang++ consumer of the install test
+# scripts/python_tests.sh: virtual environments with pip, and Python's headers for the extension.
+if ! command -v python3 >/dev/null; then
+  packages+=(python3 python3-venv python3-dev)
+else
+  python3 -c 'import ensurepip, venv' 2>/dev/null || packages+=(python3-venv)
+  python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' ||
+    packages+=(python3-dev)
+fi
 apt_install() {
   echo "install_deps: installing $*"
   sudo_if_needed apt-get update -qq
