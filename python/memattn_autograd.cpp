@@ -270,7 +270,7 @@ void fill_options(memattn::Options* o, const at::Tensor& q, const Settings& s, c
   };
 }
 
-// An autograd node in the holder the installed torch uses: c10::intrusive_ptr from 2.14 on,
+// An autograd node in the holder the installed torch uses: c10::intrusive_ptr from 2.13 on,
 // std::shared_ptr before.
 template <class Node, class... Args>
 auto make_node(Args&&... args) {
