@@ -3,6 +3,7 @@
 // It shares no code with the kernels: its mask rule and its Philox are written out here again,
 // so that a mistake in the kernels' versions shows up as a mismatch. It works one query row at a
 // time and never forms an Mq x Mk matrix, so it can check long sequences (slowly).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <new>
@@ -144,30 +145,38 @@ Status run_forward(const ForwardArgs& args, ForwardResult* result, const Progres
   for (std::int64_t hk : select(selection.kv_heads, pr.heads_k))
     for (std::int64_t g = 0; g < pr.group_size(); ++g) heads.push_back(hk * pr.group_size() + g);
   const std::int64_t nh = std::int64_t(heads.size());
-  const long long total = (long long)(seqs.size() * heads.size());
+  // Rows are independent: blocks of them keep every core busy when a sampled selection has fewer
+  // (sequence, head) pairs than there are cores (4 pairs for `memattn run --verify`'s default).
+  constexpr std::int64_t kRowBlock = 64;
+  std::int64_t longest = 0;
+  for (std::int64_t b : seqs) longest = std::max(longest, pr.sequence(b).q_len);
+  const std::int64_t blocks = (longest + kRowBlock - 1) / kRowBlock;
+  const long long total = (long long)(seqs.size() * heads.size()) * blocks;
   long long done = 0;
-#pragma omp parallel for collapse(2) schedule(dynamic)
+#pragma omp parallel for collapse(3) schedule(dynamic)
   for (std::size_t sb = 0; sb < seqs.size(); ++sb) {
     for (std::int64_t sh = 0; sh < nh; ++sh) {
-      const std::int64_t b = seqs[sb], h = heads[std::size_t(sh)];
-      const Sequence seq = pr.sequence(b);
-      const std::int64_t hk = h / pr.group_size();
-      Row row;
-      for (std::int64_t i = 0; i < seq.q_len; ++i) {
-        compute_row(pr, q, args.k, args.bias, seq, b, h, i, &row);
-        const std::int64_t m = seq.q_begin + i;
-        result->lse[std::size_t((seq.batch * pr.heads_q + h) * q.sizes[1] + m)] = row.lse;
-        for (std::int64_t e = 0; e < pr.head_dim_v; ++e) {
-          double acc = 0;
-          for (std::int64_t j = row.first; j <= row.last; ++j)
-            if (row.prob(j) != 0.0)
-              acc += row.prob(j) * dropout_factor(pr, b, h, i, j) * at4(args.v, seq.batch, seq.k_begin + j, hk, e);
-          result->out[std::size_t(index4(out_sizes, seq.batch, m, h, e))] = acc;
+      for (std::int64_t blk = 0; blk < blocks; ++blk) {
+        const std::int64_t b = seqs[sb], h = heads[std::size_t(sh)];
+        const Sequence seq = pr.sequence(b);
+        const std::int64_t hk = h / pr.group_size();
+        Row row;
+        for (std::int64_t i = blk * kRowBlock; i < std::min(seq.q_len, (blk + 1) * kRowBlock); ++i) {
+          compute_row(pr, q, args.k, args.bias, seq, b, h, i, &row);
+          const std::int64_t m = seq.q_begin + i;
+          result->lse[std::size_t((seq.batch * pr.heads_q + h) * q.sizes[1] + m)] = row.lse;
+          for (std::int64_t e = 0; e < pr.head_dim_v; ++e) {
+            double acc = 0;
+            for (std::int64_t j = row.first; j <= row.last; ++j)
+              if (row.prob(j) != 0.0)
+                acc += row.prob(j) * dropout_factor(pr, b, h, i, j) * at4(args.v, seq.batch, seq.k_begin + j, hk, e);
+            result->out[std::size_t(index4(out_sizes, seq.batch, m, h, e))] = acc;
+          }
         }
-      }
-      if (progress) {
+        if (progress) {
 #pragma omp critical(memattn_reference_progress)
-        progress(++done, total);
+          progress(++done, total);
+        }
       }
     }
   }
