@@ -17,6 +17,7 @@
 #include "core/problem.hpp"
 #include "memattn/attention.hpp"
 #include "support/seed.hpp"
+#include "workload/verify.hpp"
 #include "workload/workload.hpp"
 
 namespace memattn::testing {
@@ -114,7 +115,8 @@ TEST_F(CudaVarlenBounds, CallsDoNotWaitForTheStream) {
 }
 
 // With exact bounds the grid is the one the host-read lengths give, so the forward is the same
-// bit for bit; the rows outside every sequence are filled on the device.
+// bit for bit (and right: the bounded run against the float64 reference); the rows outside every
+// sequence are filled on the device.
 TEST_F(CudaVarlenBounds, ForwardMatchesTheHostReadLengthsBitForBit) {
   std::vector<std::vector<unsigned char>> results;
   for (const bool bounded : {true, false}) {
@@ -130,6 +132,11 @@ TEST_F(CudaVarlenBounds, ForwardMatchesTheHostReadLengthsBitForBit) {
     const Status st = forward(f);
     ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_TRUE(w.copy_outputs_to_host().ok());
+    if (bounded) {
+      tools::VerifyReport report;
+      ASSERT_TRUE(tools::verify_forward(w, {}, {}, &report).ok());
+      for (const tools::CheckLine& line : report.lines) EXPECT_TRUE(line.pass()) << line.name;
+    }
     results.push_back(w.host(tools::Tensor::out).bytes);
     results.push_back(w.host(tools::Tensor::lse).bytes);
     const std::vector<double> lse = w.to_double(tools::Tensor::lse);
