@@ -1,8 +1,9 @@
 // The float64 reference (DESIGN.md §1, written as directly as possible).
 //
 // It shares no code with the kernels: its mask rule and its Philox are written out here again,
-// so that a mistake in the kernels' versions shows up as a mismatch. It works one query row at a
-// time and never forms an Mq x Mk matrix, so it can check long sequences (slowly).
+// so that a mistake in the kernels' versions shows up as a mismatch. It works one query row (or,
+// for dK/dV, one key row) at a time and never forms an Mq x Mk matrix, so it can check long
+// sequences; it holds float64 copies of the selected rows of q, k, v and dout.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -64,37 +65,123 @@ double at4(const TensorRef& t, std::int64_t i0, std::int64_t i1, std::int64_t i2
   return detail::load_double(t.data, t.dtype, off);
 }
 
+// The rows of one (sequence, head) of a [B, M, H, W] tensor as float64, row-major [rows][W].
+// Converting each element once, not at every use, is what makes the reference fast enough to
+// check a GPU run in seconds: the loops below read contiguous doubles.
+struct Panel {
+  std::int64_t width = 0;
+  std::vector<double> values;
+  const double* row(std::int64_t r) const { return values.data() + r * width; }
+};
+
+Panel gather(const TensorRef& t, std::int64_t batch, std::int64_t begin, std::int64_t rows, std::int64_t head,
+             std::int64_t width) {
+  Panel p;
+  p.width = width;
+  p.values.resize(std::size_t(rows * width));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t e = 0; e < width; ++e) p.values[std::size_t(r * width + e)] = at4(t, batch, begin + r, head, e);
+  return p;
+}
+
+// Four partial sums: independent chains the compiler can keep in flight; the order of a float64
+// sum does not matter at the tolerances checked.
+double dot(const double* a, const double* b, std::int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  std::int64_t d = 0;
+  for (; d + 4 <= n; d += 4) {
+    s0 += a[d] * b[d];
+    s1 += a[d + 1] * b[d + 1];
+    s2 += a[d + 2] * b[d + 2];
+    s3 += a[d + 3] * b[d + 3];
+  }
+  for (; d < n; ++d) s0 += a[d] * b[d];
+  return (s0 + s1) + (s2 + s3);
+}
+
+// The operands of the selected (sequence, head) pairs: q (and dout) per query head, k and v per
+// kv head; indexed by position in the selection.
+struct Operands {
+  std::int64_t group = 1, heads = 0, kv_heads = 0;  // heads: selected query heads per sequence
+  std::vector<Panel> q, k, v, dout;
+  const Panel& q_of(std::size_t sb, std::int64_t sh) const { return q[sb * std::size_t(heads) + std::size_t(sh)]; }
+  const Panel& dout_of(std::size_t sb, std::int64_t sh) const { return dout[sb * std::size_t(heads) + std::size_t(sh)]; }
+  const Panel& k_of(std::size_t sb, std::int64_t sh) const { return k[sb * std::size_t(kv_heads) + std::size_t(sh / group)]; }
+  const Panel& v_of(std::size_t sb, std::int64_t sh) const { return v[sb * std::size_t(kv_heads) + std::size_t(sh / group)]; }
+};
+
+// heads: the selected query heads, group by group (kv head kv_heads[g] owns heads[g*G .. g*G+G)).
+Operands gather_operands(const Problem& pr, const std::vector<std::int64_t>& seqs, const std::vector<std::int64_t>& heads,
+                         const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef* dout) {
+  Operands ops;
+  ops.group = pr.group_size();
+  ops.heads = std::int64_t(heads.size());
+  ops.kv_heads = ops.heads / ops.group;
+  ops.q.resize(seqs.size() * heads.size());
+  ops.k.resize(seqs.size() * std::size_t(ops.kv_heads));
+  ops.v.resize(ops.k.size());
+  if (dout) ops.dout.resize(ops.q.size());
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (std::size_t sb = 0; sb < seqs.size(); ++sb) {
+    for (std::int64_t sh = 0; sh < ops.heads; ++sh) {
+      const Sequence s = pr.sequence(seqs[sb]);
+      const std::int64_t h = heads[std::size_t(sh)], hk = h / ops.group;
+      const std::size_t at = sb * heads.size() + std::size_t(sh);
+      ops.q[at] = gather(q, s.batch, s.q_begin, s.q_len, h, pr.head_dim);
+      if (dout) ops.dout[at] = gather(*dout, s.batch, s.q_begin, s.q_len, h, pr.head_dim_v);
+      if (sh % ops.group == 0) {
+        const std::size_t kv = sb * std::size_t(ops.kv_heads) + std::size_t(sh / ops.group);
+        ops.k[kv] = gather(k, s.batch, s.k_begin, s.k_len, hk, pr.head_dim);
+        ops.v[kv] = gather(v, s.batch, s.k_begin, s.k_len, hk, pr.head_dim_v);
+      }
+    }
+  }
+  return ops;
+}
+
+// The dropout multipliers of row i over the keys [first, last] (all 1 without dropout).
+void dropout_row(const Problem& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t first,
+                 std::int64_t last, std::vector<double>* z) {
+  z->assign(std::size_t(std::max<std::int64_t>(0, last - first + 1)), 1.0);
+  if (p.dropout_p == 0.0) return;
+  for (std::int64_t j = first; j <= last; ++j) (*z)[std::size_t(j - first)] = dropout_factor(p, b, h, i, j);
+}
+
 // Row i's scores and probabilities over the keys [row->first, row->last] it can see.
 struct Row {
   std::int64_t first = 0, last = -1;
   std::vector<double> p;  // p[j - first]: softmax probability (before dropout)
   double lse = kNegInf;
-  double prob(std::int64_t j) const { return j < first || j > last ? 0.0 : p[std::size_t(j - first)]; }
 };
 
-void compute_row(const Problem& pr, const TensorRef& q, const TensorRef& k, const TensorRef& bias,
-                 const Sequence& seq, std::int64_t b, std::int64_t h, std::int64_t i, Row* row) {
-  const std::int64_t hk = h / pr.group_size();
+// The score of (i, j): scale * <q_i, k_j> plus the bias.
+double score(const Problem& pr, const double* q_row, const Panel& k, const TensorRef& bias, std::int64_t b,
+             std::int64_t h, std::int64_t i, std::int64_t j) {
+  double s = pr.scale * dot(q_row, k.row(j), pr.head_dim);
+  if (pr.has_bias) s += at4(bias, b, h, i, j);
+  return s;
+}
+
+void compute_row(const Problem& pr, const double* q_row, const Panel& k, const TensorRef& bias, const Sequence& seq,
+                 std::int64_t b, std::int64_t h, std::int64_t i, Row* row) {
   visible_keys(pr, seq, i, &row->first, &row->last);
   const std::int64_t n = std::max<std::int64_t>(0, row->last - row->first + 1);
-  std::vector<double> s(static_cast<std::size_t>(n));
+  row->p.assign(std::size_t(n), 0.0);
   double max = kNegInf;
   for (std::int64_t j = row->first; j <= row->last; ++j) {
-    double dot = 0;
-    for (std::int64_t d = 0; d < pr.head_dim; ++d)
-      dot += at4(q, seq.batch, seq.q_begin + i, h, d) * at4(k, seq.batch, seq.k_begin + j, hk, d);
-    double score = pr.scale * dot;
-    if (pr.has_bias) score += at4(bias, b, h, i, j);
-    s[std::size_t(j - row->first)] = score;
-    if (score > max || std::isnan(score)) max = score;  // a NaN score makes the row NaN, as in math
+    const double s = score(pr, q_row, k, bias, b, h, i, j);
+    row->p[std::size_t(j - row->first)] = s;
+    if (s > max || std::isnan(s)) max = s;  // a NaN score makes the row NaN, as in math
   }
-  row->p.assign(std::size_t(n), 0.0);
   row->lse = kNegInf;
-  if (max == kNegInf) return;  // every key masked (or -inf bias)
+  if (max == kNegInf) {  // every key masked (or -inf bias)
+    row->p.assign(std::size_t(n), 0.0);
+    return;
+  }
   double sum = 0;
-  for (double score : s) sum += std::exp(score - max);
+  for (double s : row->p) sum += std::exp(s - max);
   row->lse = max + std::log(sum);
-  for (std::int64_t e = 0; e < n; ++e) row->p[std::size_t(e)] = std::exp(s[std::size_t(e)] - row->lse);
+  for (double& s : row->p) s = std::exp(s - row->lse);
 }
 
 Status check_selection(const Selection& sel, const Problem& p) {
@@ -119,6 +206,27 @@ std::int64_t index4(const std::int64_t* sizes, std::int64_t a, std::int64_t b, s
   return ((a * sizes[1] + b) * sizes[2] + c) * sizes[3] + d;
 }
 
+// The selected query heads, group by group (kv head hk owns heads hk*G .. hk*G+G-1).
+std::vector<std::int64_t> selected_heads(const Problem& pr, const Selection& selection) {
+  std::vector<std::int64_t> heads;
+  for (std::int64_t hk : select(selection.kv_heads, pr.heads_k))
+    for (std::int64_t g = 0; g < pr.group_size(); ++g) heads.push_back(hk * pr.group_size() + g);
+  return heads;
+}
+
+std::int64_t longest(const Problem& pr, const std::vector<std::int64_t>& seqs, std::int64_t Sequence::*len) {
+  std::int64_t n = 0;
+  for (std::int64_t b : seqs) n = std::max(n, pr.sequence(b).*len);
+  return n;
+}
+
+std::int64_t blocks_of(std::int64_t n, std::int64_t block) { return (n + block - 1) / block; }
+
+// Query rows per parallel task, and key rows per task of the backward's dK/dV pass: enough tasks
+// for 16 cores from a few (sequence, head) pairs of a few thousand rows.
+constexpr std::int64_t kRowBlock = 64;
+constexpr std::int64_t kKeyBlock = 16;
+
 }  // namespace
 
 namespace {
@@ -141,16 +249,12 @@ Status run_forward(const ForwardArgs& args, ForwardResult* result, const Progres
   if (empty) return Status::Ok();
 
   const std::vector<std::int64_t> seqs = select(selection.sequences, pr.batch);
-  std::vector<std::int64_t> heads;
-  for (std::int64_t hk : select(selection.kv_heads, pr.heads_k))
-    for (std::int64_t g = 0; g < pr.group_size(); ++g) heads.push_back(hk * pr.group_size() + g);
+  const std::vector<std::int64_t> heads = selected_heads(pr, selection);
   const std::int64_t nh = std::int64_t(heads.size());
+  const Operands ops = gather_operands(pr, seqs, heads, q, args.k, args.v, nullptr);
   // Rows are independent: blocks of them keep every core busy when a sampled selection has fewer
   // (sequence, head) pairs than there are cores (4 pairs for `memattn run --verify`'s default).
-  constexpr std::int64_t kRowBlock = 64;
-  std::int64_t longest = 0;
-  for (std::int64_t b : seqs) longest = std::max(longest, pr.sequence(b).q_len);
-  const std::int64_t blocks = (longest + kRowBlock - 1) / kRowBlock;
+  const std::int64_t blocks = blocks_of(longest(pr, seqs, &Sequence::q_len), kRowBlock);
   const long long total = (long long)(seqs.size() * heads.size()) * blocks;
   long long done = 0;
 #pragma omp parallel for collapse(3) schedule(dynamic)
@@ -159,19 +263,24 @@ Status run_forward(const ForwardArgs& args, ForwardResult* result, const Progres
       for (std::int64_t blk = 0; blk < blocks; ++blk) {
         const std::int64_t b = seqs[sb], h = heads[std::size_t(sh)];
         const Sequence seq = pr.sequence(b);
-        const std::int64_t hk = h / pr.group_size();
+        const Panel &qp = ops.q_of(sb, sh), &kp = ops.k_of(sb, sh), &vp = ops.v_of(sb, sh);
         Row row;
+        std::vector<double> z, acc(static_cast<std::size_t>(pr.head_dim_v));
         for (std::int64_t i = blk * kRowBlock; i < std::min(seq.q_len, (blk + 1) * kRowBlock); ++i) {
-          compute_row(pr, q, args.k, args.bias, seq, b, h, i, &row);
+          compute_row(pr, qp.row(i), kp, args.bias, seq, b, h, i, &row);
+          dropout_row(pr, b, h, i, row.first, row.last, &z);
           const std::int64_t m = seq.q_begin + i;
           result->lse[std::size_t((seq.batch * pr.heads_q + h) * q.sizes[1] + m)] = row.lse;
-          for (std::int64_t e = 0; e < pr.head_dim_v; ++e) {
-            double acc = 0;
-            for (std::int64_t j = row.first; j <= row.last; ++j)
-              if (row.prob(j) != 0.0)
-                acc += row.prob(j) * dropout_factor(pr, b, h, i, j) * at4(args.v, seq.batch, seq.k_begin + j, hk, e);
-            result->out[std::size_t(index4(out_sizes, seq.batch, m, h, e))] = acc;
+          std::fill(acc.begin(), acc.end(), 0.0);
+          for (std::int64_t j = row.first; j <= row.last; ++j) {
+            const double p = row.p[std::size_t(j - row.first)];
+            if (p == 0.0) continue;
+            const double w = p * z[std::size_t(j - row.first)];
+            const double* vj = vp.row(j);
+            for (std::int64_t e = 0; e < pr.head_dim_v; ++e) acc[std::size_t(e)] += w * vj[e];
           }
+          for (std::int64_t e = 0; e < pr.head_dim_v; ++e)
+            result->out[std::size_t(index4(out_sizes, seq.batch, m, h, e))] = acc[std::size_t(e)];
         }
         if (progress) {
 #pragma omp critical(memattn_reference_progress)
@@ -246,64 +355,119 @@ Status run_backward(const BackwardArgs& args, BackwardResult* result, const Prog
     result->dbias.swap(selected);
   }
 
-  // Work is split over (sequence, kv head): dk and dv of one kv head come from its own group of
-  // query heads. A dbias summed across batch or heads would be shared, so that case runs serially.
-  const bool dbias_shared = pr.has_bias && (pr.bias_broadcast[0] || pr.bias_broadcast[1]);
-  const long long total = (long long)(seqs.size() * kv_heads.size());
-  const std::int64_t nk = std::int64_t(kv_heads.size());
+  // Two passes, each split into independent blocks. Pass 1, over blocks of query rows: each row's
+  // probabilities, dQ, and the LSE and delta = <dO_i, O_i> = sum_j P dP that pass 2 needs. Pass 2,
+  // over blocks of keys of every selected sequence and kv head: dK, dV and dbias of those keys,
+  // recomputing P and dP from the LSE and delta. A dbias summed over the keys (size-1 key
+  // dimension) would be shared by the key blocks, so that case runs pass 2 serially.
+  const std::vector<std::int64_t> heads = selected_heads(pr, selection);
+  const std::int64_t nh = std::int64_t(heads.size()), nk = std::int64_t(kv_heads.size());
+  const Operands ops = gather_operands(pr, seqs, heads, q, k, v, &dout);
+  const std::int64_t longest_q = longest(pr, seqs, &Sequence::q_len);
+  const std::int64_t row_blocks = blocks_of(longest_q, kRowBlock);
+  const std::int64_t key_blocks = blocks_of(longest(pr, seqs, &Sequence::k_len), kKeyBlock);
+  // LSE and delta of row i of selected pair (sb, sh), at (sb * nh + sh) * longest_q + i.
+  std::vector<double> row_lse(seqs.size() * std::size_t(nh * longest_q), kNegInf);
+  std::vector<double> row_delta(row_lse.size(), 0.0);
+  const long long total = (long long)(seqs.size() * heads.size()) * row_blocks + key_blocks;
   long long done = 0;
-#pragma omp parallel for collapse(2) schedule(dynamic) if (!dbias_shared)
-  for (std::size_t sb = 0; sb < seqs.size(); ++sb) {
-    for (std::int64_t sk = 0; sk < nk; ++sk) {
-      const std::int64_t b = seqs[sb], hk = kv_heads[std::size_t(sk)];
-      const Sequence seq = pr.sequence(b);
-      Row row;
-      std::vector<double> dp(std::size_t(seq.k_len));
-      for (std::int64_t h = hk * G; h < (hk + 1) * G; ++h) {
-        for (std::int64_t i = 0; i < seq.q_len; ++i) {
-          compute_row(pr, q, k, args.bias, seq, b, h, i, &row);
-          if (row.lse == kNegInf) continue;  // every key masked: zero gradients
-          const std::int64_t m = seq.q_begin + i;
-          // dP[i,j] = Z/(1-p) * <dO_i, V_j>; delta_i = sum_j P dP = <dO_i, O_i>.
-          double delta = 0;
-          for (std::int64_t j = row.first; j <= row.last; ++j) {
-            dp[j] = 0;
-            if (row.prob(j) == 0.0) continue;
-            const double z = dropout_factor(pr, b, h, i, j);
-            double dot = 0;
-            if (z != 0.0)
-              for (std::int64_t e = 0; e < Dv; ++e)
-                dot += at4(dout, seq.batch, m, h, e) * at4(v, seq.batch, seq.k_begin + j, hk, e);
-            dp[j] = z * dot;
-            delta += row.prob(j) * dp[j];
-          }
-          for (std::int64_t j = row.first; j <= row.last; ++j) {
-            if (row.prob(j) == 0.0) continue;
-            const double z = dropout_factor(pr, b, h, i, j);
-            const double ds = row.prob(j) * (dp[j] - delta);  // dS = P (dP - delta)
-            const std::int64_t n = seq.k_begin + j;
-            for (std::int64_t d = 0; d < D; ++d) {
-              result->dq[index4(q_sizes, seq.batch, m, h, d)] += pr.scale * ds * at4(k, seq.batch, n, hk, d);
-              result->dk[index4(k_sizes, seq.batch, n, hk, d)] += pr.scale * ds * at4(q, seq.batch, m, h, d);
-            }
-            if (z != 0.0)
-              for (std::int64_t e = 0; e < Dv; ++e)
-                result->dv[index4(v_sizes, seq.batch, n, hk, e)] += row.prob(j) * z * at4(dout, seq.batch, m, h, e);
-            if (pr.has_bias) {
-              const std::int64_t idx[4] = {b, h, i, j};
-              std::int64_t at[4];
-              for (int d = 0; d < 4; ++d) at[d] = pr.bias_broadcast[d] ? 0 : idx[d];
-              result->dbias[index4(db_sizes, at[0], at[1], at[2], at[3])] += ds;
-            }
-          }
-        }
-      }
-      if (progress) {
+  auto report = [&] {
+    if (progress) {
 #pragma omp critical(memattn_reference_progress)
-        progress(++done, total);
+      progress(++done, total);
+    }
+  };
+  auto bias_index = [&](std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
+    const std::int64_t idx[4] = {b, h, i, j};
+    std::int64_t at[4];
+    for (int d = 0; d < 4; ++d) at[d] = pr.bias_broadcast[d] ? 0 : idx[d];
+    return std::size_t(index4(db_sizes, at[0], at[1], at[2], at[3]));
+  };
+
+#pragma omp parallel for collapse(3) schedule(dynamic)
+  for (std::size_t sb = 0; sb < seqs.size(); ++sb) {
+    for (std::int64_t sh = 0; sh < nh; ++sh) {
+      for (std::int64_t blk = 0; blk < row_blocks; ++blk) {
+        const std::int64_t b = seqs[sb], h = heads[std::size_t(sh)];
+        const Sequence seq = pr.sequence(b);
+        const Panel &qp = ops.q_of(sb, sh), &kp = ops.k_of(sb, sh), &vp = ops.v_of(sb, sh);
+        const Panel& dop = ops.dout_of(sb, sh);
+        Row row;
+        std::vector<double> z, dp, dq(static_cast<std::size_t>(D));
+        for (std::int64_t i = blk * kRowBlock; i < std::min(seq.q_len, (blk + 1) * kRowBlock); ++i) {
+          compute_row(pr, qp.row(i), kp, args.bias, seq, b, h, i, &row);
+          const std::size_t at = (sb * std::size_t(nh) + std::size_t(sh)) * std::size_t(longest_q) + std::size_t(i);
+          row_lse[at] = row.lse;
+          if (row.lse == kNegInf) continue;  // every key masked: zero gradients
+          dropout_row(pr, b, h, i, row.first, row.last, &z);
+          // dP[i,j] = Z/(1-p) * <dO_i, V_j>; delta_i = sum_j P dP = <dO_i, O_i>.
+          dp.assign(row.p.size(), 0.0);
+          double delta = 0;
+          for (std::size_t e = 0; e < row.p.size(); ++e) {
+            if (row.p[e] == 0.0) continue;
+            if (z[e] != 0.0) dp[e] = z[e] * dot(dop.row(i), vp.row(row.first + std::int64_t(e)), Dv);
+            delta += row.p[e] * dp[e];
+          }
+          row_delta[at] = delta;
+          std::fill(dq.begin(), dq.end(), 0.0);
+          for (std::size_t e = 0; e < row.p.size(); ++e) {
+            if (row.p[e] == 0.0) continue;
+            const double ds = row.p[e] * (dp[e] - delta);  // dS = P (dP - delta)
+            const double* kj = kp.row(row.first + std::int64_t(e));
+            for (std::int64_t d = 0; d < D; ++d) dq[std::size_t(d)] += pr.scale * ds * kj[d];
+          }
+          for (std::int64_t d = 0; d < D; ++d)
+            result->dq[index4(q_sizes, seq.batch, seq.q_begin + i, h, d)] = dq[std::size_t(d)];
+        }
+        report();
       }
     }
   }
+
+  const bool dbias_over_keys = pr.has_bias && pr.bias_broadcast[3];
+#pragma omp parallel for schedule(dynamic) if (!dbias_over_keys)
+  for (std::int64_t blk = 0; blk < key_blocks; ++blk) {
+    std::vector<double> dk(static_cast<std::size_t>(D)), dv(static_cast<std::size_t>(Dv));
+    for (std::size_t sb = 0; sb < seqs.size(); ++sb) {
+      const std::int64_t b = seqs[sb];
+      const Sequence seq = pr.sequence(b);
+      for (std::int64_t sk = 0; sk < nk; ++sk) {
+        const std::int64_t hk = kv_heads[std::size_t(sk)];
+        const Panel &kp = ops.k_of(sb, sk * G), &vp = ops.v_of(sb, sk * G);
+        for (std::int64_t j = blk * kKeyBlock; j < std::min(seq.k_len, (blk + 1) * kKeyBlock); ++j) {
+          std::fill(dk.begin(), dk.end(), 0.0);
+          std::fill(dv.begin(), dv.end(), 0.0);
+          for (std::int64_t sh = sk * G; sh < (sk + 1) * G; ++sh) {
+            const std::int64_t h = heads[std::size_t(sh)];
+            const Panel &qp = ops.q_of(sb, sh), &dop = ops.dout_of(sb, sh);
+            for (std::int64_t i = 0; i < seq.q_len; ++i) {
+              const std::size_t at = (sb * std::size_t(nh) + std::size_t(sh)) * std::size_t(longest_q) + std::size_t(i);
+              std::int64_t first, last;
+              visible_keys(pr, seq, i, &first, &last);
+              if (j < first || j > last || row_lse[at] == kNegInf) continue;
+              const double p = std::exp(score(pr, qp.row(i), kp, args.bias, b, h, i, j) - row_lse[at]);
+              if (p == 0.0) continue;
+              const double z = dropout_factor(pr, b, h, i, j);
+              const double dp = z != 0.0 ? z * dot(dop.row(i), vp.row(j), Dv) : 0.0;
+              const double ds = p * (dp - row_delta[at]);
+              const double* qi = qp.row(i);
+              for (std::int64_t d = 0; d < D; ++d) dk[std::size_t(d)] += pr.scale * ds * qi[d];
+              if (z != 0.0) {
+                const double* doi = dop.row(i);
+                for (std::int64_t e = 0; e < Dv; ++e) dv[std::size_t(e)] += p * z * doi[e];
+              }
+              if (pr.has_bias) result->dbias[bias_index(b, h, i, j)] += ds;
+            }
+          }
+          for (std::int64_t d = 0; d < D; ++d) result->dk[index4(k_sizes, seq.batch, seq.k_begin + j, hk, d)] = dk[std::size_t(d)];
+          for (std::int64_t e = 0; e < Dv; ++e) result->dv[index4(v_sizes, seq.batch, seq.k_begin + j, hk, e)] = dv[std::size_t(e)];
+        }
+      }
+    }
+    report();
+  }
+  // Sums over batch or heads would be partial: with such a selection dbias is not computed.
+  const bool dbias_shared = pr.has_bias && (pr.bias_broadcast[0] || pr.bias_broadcast[1]);
   if (dbias_shared && partial) result->dbias.assign(result->dbias.size(), kNaN);
   return Status::Ok();
 }
