@@ -7,10 +7,12 @@ priority. This script writes one translation unit per row plus kernel_table_gene
 table the dispatcher walks, in priority order), and prints the generated file names.
 
   kernel_table.py --out DIR [--families 80,90] [--dtypes bf16,fp16] [--head-dims 64,128|all]
-                  [--set all|reduced] [--filter REGEX] [--list]
+                  [--set all|reduced] [--filter REGEX] [--sm80-targets 80,90,ptx] [--list]
 
 --set reduced keeps one row per (family, accumulator, loads) kind so that every kernel family
-compiles quickly (CI); --list prints the rows instead of writing files.
+compiles quickly (CI); --list prints the rows instead of writing files. With --sm80-targets 90
+(sm_90 SASS only, no PTX: a build for the H100 in hand) the rows no problem can reach there are
+left out (drop_shadowed).
 """
 import argparse
 import os
@@ -338,6 +340,29 @@ def reduced(rows):
     return out
 
 
+def covers(a, b, on_sm90=False):
+    """Whether row a fits every problem that row b fits, on every GPU that b runs on (or on sm_90
+    alone), apart from shared memory: the conditions of the dispatcher's fits() (select.cpp) and
+    of its min_queries_per_key preference."""
+    return (a.pass_ == b.pass_ and a.dtype == b.dtype and a.head_dim >= b.head_dim and
+            (on_sm90 or a.family == 80 or b.family == 90) and  # family-90 rows run on sm_90 only
+            (a.loads == "element" or b.loads == "vector16") and
+            (a.bias or not b.bias) and (a.dropout or not b.dropout) and
+            # a bias-tile row refuses a bias it cannot tile (only problems with bias have one)
+            (not a.bias_tile or b.bias_tile or not b.bias) and
+            (not a.atomics or b.atomics) and  # atomics: never with `deterministic`
+            a.min_queries_per_key <= b.min_queries_per_key)
+
+
+def drop_shadowed(rows):
+    """The rows (in priority order) that some earlier row does not cover. Only for builds whose
+    sm80 code runs on sm_90 alone (its SASS, no PTX): there the dispatcher never reaches a row
+    behind the sm90 family's row of its bucket, or a fallback tile behind its default (those
+    serve other GPUs: less shared memory, or sm_100 through the PTX). Every row fits sm_90's
+    227 KB of shared memory per CTA, so shared memory does not decide there."""
+    return [b for i, b in enumerate(rows) if not any(covers(a, b, on_sm90=True) for a in rows[:i])]
+
+
 def template_args(r):
     loads = "Loads::vector16" if r.loads == "vector16" else "Loads::element"
     features = " | ".join([f for f, on in (("kBias", r.bias), ("kDropout", r.dropout),
@@ -468,6 +493,8 @@ def main():
     ap.add_argument("--head-dims", default="all")
     ap.add_argument("--set", choices=("all", "reduced"), default="all")
     ap.add_argument("--filter", default="", help="keep only rows whose name matches this regular expression")
+    ap.add_argument("--sm80-targets", default="80,90,ptx",
+                    help="what the sm80 family's code is built for: SASS architectures, and ptx")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     split = lambda s: [x for x in s.replace(";", ",").split(",") if x]
@@ -483,6 +510,8 @@ def main():
     if args.filter:
         rows = [r for r in rows if re.search(args.filter, r.name)]
     rows.sort(key=lambda r: (r.pass_,) + r.sort_key())
+    if set(split(args.sm80_targets)) == {"90"}:
+        rows = drop_shadowed(rows)
     if args.list:
         for i, r in enumerate(rows):
             print(f"{i:3d} {r.name}")

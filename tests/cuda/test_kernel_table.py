@@ -16,17 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kernel_table as kt  # noqa: E402
 
 
-def covers(a, b):
-    """Whether row a fits every problem that row b fits, on every GPU that b runs on, apart from
-    shared memory (the dispatcher's `fits`, dispatch.cpp, and `pick`'s min_queries_per_key)."""
-    return (a.pass_ == b.pass_ and a.dtype == b.dtype and a.head_dim >= b.head_dim and
-            (a.family == 80 or b.family == 90) and  # family-90 rows run on sm_90 only
-            (a.loads == "element" or b.loads == "vector16") and
-            (a.bias or not b.bias) and (a.dropout or not b.dropout) and
-            # a bias-tile row refuses a bias it cannot tile (only problems with bias have one)
-            (not a.bias_tile or b.bias_tile or not b.bias) and
-            (not a.atomics or b.atomics) and  # atomics: never with `deterministic`
-            a.min_queries_per_key <= b.min_queries_per_key)
+covers = kt.covers
 
 
 class KernelTable(unittest.TestCase):
@@ -67,6 +57,22 @@ class KernelTable(unittest.TestCase):
                             self.assertTrue(b.fallback, f"{b.name} is never chosen: {a.name} comes first")
                             self.assertEqual(kt.row_kind(a), kt.row_kind(b))
                             self.assertLess(b.block_m * b.block_n, a.block_m * a.block_n)
+
+    def test_sm90_builds_leave_out_only_unreachable_rows(self):
+        # With the sm80 family's code for sm_90 alone, the rows left out are the fallback tiles and
+        # the mma.sync rows behind a wgmma row of their bucket, each covered by a row that stays.
+        rows = sorted(self.rows, key=lambda r: (r.pass_,) + r.sort_key())
+        kept = kt.drop_shadowed(rows)
+        dropped = [r for r in rows if r not in kept]
+        self.assertTrue(dropped)
+        for b in dropped:
+            with self.subTest(row=b.name):
+                self.assertTrue(b.fallback or b.family == 80)
+                front = [a for a in kept if covers(a, b, on_sm90=True) and rows.index(a) < rows.index(b)]
+                self.assertTrue(front)
+                self.assertTrue(b.fallback or any(a.family == 90 for a in front))
+        self.assertEqual([r for r in rows if r.family == 90], [r for r in kept if r.family == 90])
+        self.assertEqual([r for r in rows if r.accumulator == "global"], [r for r in kept if r.accumulator == "global"])
 
     def test_reduced_list_holds_every_kind(self):
         reduced = kt.reduced(self.rows)
