@@ -15,6 +15,9 @@
 #             (`memattn run` flags, the dispatcher's overrides --no-l2-groups and --no-tail-split
 #             among them; each row is forced with --kernel)
 #   profile   Nsight Compute (scripts/profile_rows.sh), one per line of PROFILE_FILE, same format
+#   newcomer  a newcomer's first hour, timed on a copy of the tree without build folders: ./run.sh
+#             (the first verified result), then the full library for the GPU present (CLI and
+#             Python modules, every row, no tests) with each compile step's time from ninja's log
 # Logs and tables go to $OUT (at most 8 files come back from the device machine: summary, build,
 # tests, sanitizer, run (with the bench log), python logs, bench.md, bench.json).
 set -uo pipefail
@@ -29,6 +32,26 @@ note() { echo "$*" | tee -a "$summary"; }
 
 note "harness $(date -u '+%Y-%m-%d %H:%M UTC') commit ${MEMATTN_COMMIT:-unknown} steps: $steps"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee -a "$summary"
+
+if has newcomer; then
+  fresh=/tmp/memattn-fresh
+  rm -rf "$fresh" && mkdir -p "$fresh"
+  tar -c --exclude='./build*' --exclude=./.snap --exclude=./.git . | tar -x -C "$fresh"
+  start=$(date +%s)
+  (cd "$fresh" && ./run.sh) >"$out/newcomer.log" 2>&1
+  note "newcomer: ./run.sh exit $? in $(($(date +%s) - start)) s — $(grep -E '^result' "$out/newcomer.log")"
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1)
+  start=$(date +%s)
+  {
+    cmake -S "$fresh" -B "$fresh/build-full" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_BUILD_TESTS=OFF \
+      -DMEMATTN_BUILD_PYTHON=ON -DMEMATTN_SM80_SASS="${cc/./}" -DMEMATTN_SM80_PTX=OFF &&
+      cmake --build "$fresh/build-full" -j "$(nproc)"
+  } >>"$out/newcomer.log" 2>&1
+  note "newcomer: full library build exit $? in $(($(date +%s) - start)) s"
+  # ninja's log: start and end (ms) of each step; the sum is the build's compile work.
+  awk 'NR > 1 { printf "%.1f %s\n", ($2 - $1) / 1000, $4 }' "$fresh/build-full/.ninja_log" | sort -rn >"$out/ninja_times.txt"
+  note "newcomer: compile steps $(awk '{ s += $1 } END { printf "%.0f s over %d steps", s, NR }' "$out/ninja_times.txt")"
+fi
 
 if has build; then
   {
