@@ -6,7 +6,7 @@
 # (e.g. ./run.sh --dtype fp16 --causal --pass fwd).
 set -euo pipefail
 cd "$(dirname "$0")"
-scripts/install_deps.sh
+scripts/install_deps.sh --run
 cuda=(-DMEMATTN_ENABLE_CUDA=OFF)
 if cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1) && [[ -n $cc ]]; then
   # Only this GPU's SASS, and only the kernel rows of the dtype this run asks for (bf16 unless
