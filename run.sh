@@ -9,18 +9,32 @@ cd "$(dirname "$0")"
 scripts/install_deps.sh --run
 cuda=(-DMEMATTN_ENABLE_CUDA=OFF)
 if cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1) && [[ -n $cc ]]; then
-  # Only this GPU's SASS, and only the kernel rows of the dtype this run asks for (bf16 unless
-  # --dtype says otherwise): the whole table takes 6-7 minutes of 16 cores, a dtype's rows about
-  # half of that. Another --dtype reconfigures and builds its rows.
-  dtype=bf16
+  # Only this GPU's SASS, and only the kernel rows this run can use: its dtype (bf16 unless
+  # --dtype says otherwise) and the head-dim buckets that serve its head dims (128 unless
+  # --head-dim/--head-dim-v say otherwise), besides the rows that take any head dim. The whole
+  # table takes 6-8 minutes of 16 cores; this, about 2. Other values reconfigure and build theirs.
+  dtype=bf16 d=128 dv=
   for ((i = 1; i <= $#; ++i)); do
+    j=$((i + 1))
     case ${!i} in
-      --dtype) j=$((i + 1)); dtype=${!j:-bf16} ;;
+      --dtype) dtype=${!j:-} ;;
       --dtype=*) dtype=${!i#--dtype=} ;;
+      --head-dim) d=${!j:-} ;;
+      --head-dim=*) d=${!i#--head-dim=} ;;
+      --head-dim-v) dv=${!j:-} ;;
+      --head-dim-v=*) dv=${!i#--head-dim-v=} ;;
+      --load | --load=*) d=all ;;  # the problem's head dims are in its files
     esac
   done
   [[ $dtype == @(bf16|fp16|fp32) ]] || dtype="bf16;fp16;fp32"  # memattn run names the bad value
-  cuda=(-DMEMATTN_ENABLE_CUDA=AUTO "-DMEMATTN_SM80_SASS=${cc/./}" -DMEMATTN_SM80_PTX=OFF "-DMEMATTN_KERNEL_DTYPES=$dtype")
+  dv=${dv:-$d}
+  buckets=all
+  if [[ $d =~ ^[0-9]+$ && $dv =~ ^[0-9]+$ ]]; then
+    buckets=$(python3 src/cuda/kernel_table.py --dtypes "$dtype" --buckets-for $((d > dv ? d : dv)))
+    buckets=${buckets:-none}  # beyond every register bucket: the any-D rows alone
+  fi
+  cuda=(-DMEMATTN_ENABLE_CUDA=AUTO "-DMEMATTN_SM80_SASS=${cc/./}" -DMEMATTN_SM80_PTX=OFF "-DMEMATTN_KERNEL_DTYPES=$dtype"
+        "-DMEMATTN_KERNEL_HEADDIMS=$buckets")
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda[@]}" >/dev/null
 cmake --build build --target memattn_cli

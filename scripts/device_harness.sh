@@ -18,6 +18,7 @@
 #   newcomer  a newcomer's first hour, timed on a copy of the tree without build folders: ./run.sh
 #             (the first verified result), then the full library for the GPU present (CLI and
 #             Python modules, every row, no tests) with each compile step's time from ninja's log
+#             (NEWCOMER_FULL_BUILD=0 leaves the full build out)
 # Logs and tables go to $OUT (at most 8 files come back from the device machine: summary, build,
 # tests, sanitizer, run (with the bench log), python logs, bench.md, bench.json).
 set -uo pipefail
@@ -40,6 +41,8 @@ if has newcomer; then
   start=$(date +%s)
   (cd "$fresh" && ./run.sh) >"$out/newcomer.log" 2>&1
   note "newcomer: ./run.sh exit $? in $(($(date +%s) - start)) s — $(grep -E '^result' "$out/newcomer.log")"
+fi
+if has newcomer && [[ ${NEWCOMER_FULL_BUILD:-1} != 0 ]]; then
   cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1)
   start=$(date +%s)
   {

@@ -363,6 +363,16 @@ def drop_shadowed(rows):
     return [b for i, b in enumerate(rows) if not any(covers(a, b, on_sm90=True) for a in rows[:i])]
 
 
+def buckets_for(rows, head_dim):
+    """The register buckets the dispatcher can pick for head dim D: each pass's smallest >= D."""
+    buckets = set()
+    for pass_ in ("fwd", "bwd"):
+        fitting = [r.head_dim for r in rows if r.pass_ == pass_ and r.accumulator == "registers" and r.head_dim >= head_dim]
+        if fitting:
+            buckets.add(min(fitting))
+    return sorted(buckets)
+
+
 def template_args(r):
     loads = "Loads::vector16" if r.loads == "vector16" else "Loads::element"
     features = " | ".join([f for f, on in (("kBias", r.bias), ("kDropout", r.dropout),
@@ -495,6 +505,9 @@ def main():
     ap.add_argument("--filter", default="", help="keep only rows whose name matches this regular expression")
     ap.add_argument("--sm80-targets", default="80,90,ptx",
                     help="what the sm80 family's code is built for: SASS architectures, and ptx")
+    ap.add_argument("--buckets-for", type=int, metavar="D",
+                    help="print the register head-dim buckets that serve head dim D (each pass's smallest bucket "
+                         ">= D; empty when only the any-D rows do), for --head-dims")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     split = lambda s: [x for x in s.replace(";", ",").split(",") if x]
@@ -502,8 +515,11 @@ def main():
     dtypes = set(split(args.dtypes))
     rows = [r for r in all_rows() + backward_rows()
             if r.family in families and r.dtype in dtypes]
+    if args.buckets_for is not None:
+        print(";".join(str(b) for b in buckets_for(rows, args.buckets_for)))
+        return 0
     if args.head_dims != "all":
-        keep = {int(h) for h in split(args.head_dims)}
+        keep = {int(h) for h in split(args.head_dims) if h != "none"}  # none: the any-D rows alone
         rows = [r for r in rows if r.head_dim in keep or r.accumulator == "global"]
     if args.set == "reduced":
         rows = reduced(rows)
