@@ -100,9 +100,11 @@ def breakdown(b=1, h=1, s=128, d=128):
     q, k, v, dout = (torch.randn((b, s, h, d), generator=gen, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     scale = 1.0 / d ** 0.5
-    fargs = (-1, -1, False, 0.0, None, scale, None, None, None)
+    # window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
+    # max_seqlen_q, max_seqlen_k (-1: not given)
+    fargs = (-1, -1, False, 0.0, None, scale, None, None, None, -1, -1)
     out, lse = _ops._forward(q, k, v, None, *fargs)
-    opts = _ops._options(q, *fargs[:4], None, scale, None, None, None)
+    opts = _ops._options(q, *fargs)
     bare = dict(opts, workspace=None)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     desc = _ops._desc

@@ -329,12 +329,18 @@ def row_kind(r):
             r.dropout_paired, r.wide, r.head_split, r.loads, r.features)
 
 
+def catch_all(r):
+    """Whether a row runs every problem of its pass and dtype (any head dim, alignment, feature)."""
+    return r.head_dim >= GLOBAL_HEAD_DIM and r.loads == "element" and r.bias and r.dropout
+
+
 def reduced(rows):
-    """One row per kernel kind (row_kind), smallest head dim first."""
+    """One row per kernel kind (row_kind), smallest head dim first, and every dtype's catch-all
+    rows: each problem of each dtype built still has a row (the GPU tests run every dtype)."""
     seen, out = set(), []
     for r in sorted(rows, key=lambda r: (r.head_dim, r.dtype)):
         kind = row_kind(r)
-        if kind not in seen and not r.fallback:
+        if (kind not in seen and not r.fallback) or catch_all(r):
             seen.add(kind)
             out.append(r)
     return out
