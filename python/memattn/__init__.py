@@ -214,3 +214,5 @@ def dropout_mask(seed: int, offset: int, batch: int, heads_q: int, seqlen_q: int
     keep = _ops.allocate("dropout_mask", (batch, heads_q, seqlen_q, seqlen_k), torch.bool, "cpu")
     _C.dropout_keep(keep.data_ptr(), seed, offset, batch, heads_q, seqlen_q, seqlen_k, p)
     return keep
+
+from . import distributed  # noqa: E402,F401  (memattn.distributed: context parallelism)
