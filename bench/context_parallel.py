@@ -45,11 +45,11 @@ def timer(device):
     return run
 
 
-def median_ms(run, fn, iters):
+def median_ms(run, fn, iters, device):
     run(fn)  # warm-up
     times = [run(fn) for _ in range(iters)]
     # Every rank reports the slowest rank's time: the step is as slow as its slowest rank.
-    t = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    t = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
 
@@ -142,16 +142,16 @@ def main():
                 strategies["all-to-all"] = cp.all_to_all_attention
             for name, fn in strategies.items():
                 call = lambda: fn(q, k, v, causal=causal, layout=args.layout)
-                fwd_ms = median_ms(run, call, args.iters)
+                fwd_ms = median_ms(run, call, args.iters, device)
                 out = call()
                 bwd_ms = median_ms(run, lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True),
-                                   args.iters)
+                                   args.iters, device)
                 row = dict(scaling=scaling, world=world, seqlen=seqlen, causal=causal, strategy=name,
                            fwd_ms=fwd_ms, bwd_ms=bwd_ms, fwd_tflops=f / world / fwd_ms / 1e9,
                            bwd_tflops=2.5 * f / world / bwd_ms / 1e9)
                 if name == "ring" and world > 1:
                     compute, transfers = ring_parts(q.detach(), k.detach(), v.detach(), causal, args.layout)
-                    alone, comm = median_ms(run, compute, args.iters), median_ms(run, transfers, args.iters)
+                    alone, comm = median_ms(run, compute, args.iters, device), median_ms(run, transfers, args.iters, device)
                     row["fwd_hidden"] = max(0.0, min(1.0, (alone + comm - fwd_ms) / comm)) if comm > 0 else None
                 rows.append(row)
             fwd, why = torch_context_parallel(q.detach(), k.detach(), v.detach(), causal) if cuda else (None, "CUDA only")
@@ -159,7 +159,7 @@ def main():
             if fwd is None:
                 row["note"] = why
             else:
-                row["fwd_ms"] = median_ms(run, fwd, args.iters)
+                row["fwd_ms"] = median_ms(run, fwd, args.iters, device)
                 row["fwd_tflops"] = f / world / row["fwd_ms"] / 1e9
             rows.append(row)
 
