@@ -129,17 +129,42 @@ class _Ring:
 
 
 def _pairs(layout: str, rank: int, src: int, world: int, chunk: int, left: int, right: int):
-    """The (query rows, key rows, window) of this rank's attention to the K/V shard of rank src:
-    one per pair of (query chunk, key chunk) that any query sees, as slices of the shards."""
-    out = []
+    """The library calls of this rank's attention to the K/V shard of rank src, as (query rows,
+    key rows, window) slices of the shards: one per pair of (query chunk, key chunk) that any
+    query sees, then pairs that see every key merged where their rows or keys are adjacent."""
+    chunks = len(_chunks(layout, rank, world))
+    if src == rank and left == _UNBOUNDED and right in (0, _UNBOUNDED):
+        # A shard's chunks are in increasing order, so full or causal attention of the shard to
+        # itself is the same mask on the shard as one sequence: one call.
+        return [(slice(0, chunks * chunk), slice(0, chunks * chunk), left, right)]
+    calls = []
     for qi, qc in enumerate(_chunks(layout, rank, world)):
         for ki, kc in enumerate(_chunks(layout, src, world)):
             blk = _block(qc * chunk, chunk, kc * chunk, chunk, left, right)
-            if blk is not None:
-                q_from, k_from, wl, wr = blk
-                out.append((slice(qi * chunk + q_from, (qi + 1) * chunk), slice(ki * chunk + k_from, (ki + 1) * chunk),
-                            wl, wr))
-    return out
+            if blk is None:
+                continue
+            q_from, k_from, wl, wr = blk
+            rows, keys = slice(qi * chunk + q_from, (qi + 1) * chunk), slice(ki * chunk + k_from, (ki + 1) * chunk)
+            if _sees_all(rows.stop - rows.start, keys.stop - keys.start, wl, wr):
+                wl = wr = _UNBOUNDED
+            calls.append((rows, keys, wl, wr))
+    for same, other in ((0, 1), (1, 0)):  # adjacent keys of the same rows, then adjacent rows
+        merged = []
+        for call in calls:
+            last = merged[-1] if merged else None
+            if (last is not None and last[2:] == call[2:] == (_UNBOUNDED, _UNBOUNDED) and last[same] == call[same]
+                    and last[other].stop == call[other].start):
+                span = slice(last[other].start, call[other].stop)
+                merged[-1] = (span, call[1], *call[2:]) if other == 0 else (call[0], span, *call[2:])
+            else:
+                merged.append(call)
+        calls = merged
+    return calls
+
+
+def _sees_all(q_len: int, k_len: int, left: int, right: int) -> bool:
+    """Whether every row sees every key under a top-left window (row i sees [i - left, i + right])."""
+    return ((left == _UNBOUNDED or left >= q_len - 1) and (right == _UNBOUNDED or right >= k_len - 1))
 
 
 def _last_step(layout: str, world: int, chunk: int, left: int, right: int) -> int:
