@@ -196,6 +196,37 @@ def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqst
         _flag("deterministic", deterministic), bhmd=bhmd)
 
 
+def merge_attention_states(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> Tuple[Tensor, Tensor]:
+    """Attention over the union of two disjoint key sets from the results over each: out [B, M, H, Dv]
+    and lse [B, H, M] as memattn.attention(..., return_lse=True) returns them. Each output weighs
+    exp(its LSE - the union's); rows that see no key on either side stay 0 with LSE -inf. The
+    arithmetic runs in float32 (float64 for float64 outputs); out comes back in out_a's dtype, the
+    LSE in float32 (float64 for float64 outputs). Differentiable in out_a and out_b, with the LSEs
+    as constants (memattn's LSE carries no gradient). Shared-prefix attention and context
+    parallelism (memattn.distributed) combine partial results this way."""
+    for name, t, dims in (("out_a", out_a, 4), ("lse_a", lse_a, 3), ("out_b", out_b, 4), ("lse_b", lse_b, 3)):
+        if not isinstance(t, Tensor) or t.dim() != dims:
+            raise ValueError(f"memattn.merge_attention_states: {name} must be a {dims}-d tensor")
+    if out_a.shape != out_b.shape:
+        raise ValueError(f"memattn.merge_attention_states: out_a {list(out_a.shape)} and out_b {list(out_b.shape)} "
+                         "differ")
+    lse_shape = [out_a.shape[0], out_a.shape[2], out_a.shape[1]]
+    for name, t in (("lse_a", lse_a), ("lse_b", lse_b)):
+        if list(t.shape) != lse_shape:
+            raise ValueError(f"memattn.merge_attention_states: {name} must be [B, H, M] = {lse_shape}, got "
+                             f"{list(t.shape)}")
+    acc = torch.float64 if out_a.dtype == torch.float64 else torch.float32
+    a, b = lse_a.to(acc), lse_b.to(acc)
+    top = torch.maximum(a, b)
+    top = torch.where(top == float("-inf"), torch.zeros_like(top), top)  # both empty: no inf - inf
+    wa, wb = torch.exp(a - top), torch.exp(b - top)
+    total = wa + wb
+    norm = torch.where(total == 0, torch.ones_like(total), total)
+    weight = lambda w: (w / norm).transpose(1, 2).unsqueeze(-1)  # [B, H, M] -> [B, M, H, 1]
+    out = out_a.to(acc) * weight(wa) + out_b.to(acc) * weight(wb)
+    return out.to(out_a.dtype), (top + torch.log(total)).to(acc)
+
+
 def dropout_mask(seed: int, offset: int, batch: int, heads_q: int, seqlen_q: int, seqlen_k: int, p: float) -> Tensor:
     """The keep mask [batch, heads_q, seqlen_q, seqlen_k] (bool) that dropout with (seed, offset)
     applies, identical on every backend (Philox4x32-10; see the README for the mapping). Sizes

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _ops
-from . import _UNBOUNDED, _window
+from . import _UNBOUNDED, _window, merge_attention_states
 
 _LAYOUTS = ("zigzag", "contiguous")
 
@@ -179,15 +179,8 @@ def _last_step(layout: str, world: int, chunk: int, left: int, right: int) -> in
 
 def _merge(out: Tensor, lse: Tensor, rows: slice, o: Tensor, l: Tensor) -> None:
     """Folds a partial result (o [B, n, H, Dv], l [B, H, n]) for the rows `rows` into the running
-    (out, lse), in place: weights exp(lse_part - lse_new), empty rows (lse -inf) weigh nothing."""
-    a, b = lse[:, :, rows], l.to(lse.dtype)
-    m = torch.maximum(a, b)
-    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
-    wa, wb = torch.exp(a - m), torch.exp(b - m)
-    total = wa + wb
-    lse[:, :, rows] = m + torch.log(total)
-    scale = lambda w: (w / torch.where(total == 0, torch.ones_like(total), total)).transpose(1, 2).unsqueeze(-1)
-    out[:, rows] = out[:, rows] * scale(wa) + o.to(out.dtype) * scale(wb)
+    (out, lse) accumulators, in place."""
+    out[:, rows], lse[:, :, rows] = merge_attention_states(out[:, rows], lse[:, :, rows], o, l)
 
 
 def _accumulator_dtype(t: Tensor):

@@ -129,6 +129,35 @@ def test_varlen_matches_each_sequence(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_merge_attention_states_joins_key_sets(device, dtype):
+    # Causal attention over keys [0, n1) (top-left) and [n1, M) (bottom-right: key n1 + j is seen
+    # from row n1 + j on) is the two halves of causal attention over all keys; rows before n1 see
+    # nothing of the second set (LSE -inf).
+    if device == "cuda" and dtype == torch.float64:
+        pytest.skip("float64 runs on the CPU reference only")
+    q, k, v = (leaf((2, 40, 4, 16), dtype, device) for _ in range(3))
+    n1 = 15
+    out_a, lse_a = memattn.attention(q, k[:, :n1], v[:, :n1], causal=True, return_lse=True)
+    out_b, lse_b = memattn.attention(q, k[:, n1:], v[:, n1:], causal=True, alignment="bottom_right", return_lse=True)
+    assert torch.isinf(lse_b[:, :, :n1]).all()
+    out, lse = memattn.merge_attention_states(out_a, lse_a, out_b, lse_b)
+    want, want_lse = memattn.attention(q, k, v, causal=True, return_lse=True)
+    assert out.dtype == dtype
+    assert rel_error(out, want) <= (1e-6 if dtype == torch.float64 else 1e-5)
+    assert (lse.float() - want_lse).abs().max().item() <= 1e-5
+    # Gradients reach both partial outputs (the LSEs are constants).
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+    # Rows empty on both sides stay empty.
+    empty = torch.full_like(lse_a, float("-inf"))
+    out, lse = memattn.merge_attention_states(torch.zeros_like(out_a), empty, torch.zeros_like(out_b), empty)
+    assert (out == 0).all() and torch.isinf(lse).all()
+    with pytest.raises(ValueError, match="lse_b must be"):
+        memattn.merge_attention_states(out_a, lse_a, out_b, lse_b[:, :, 1:])
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_dropout_uses_the_documented_mask_and_reproduces(device):
     b, mq, mk, h, d, p = 2, 24, 30, 3, 16, 0.3
     q, k, v = leaf((b, mq, h, d), torch.float32, device), leaf((b, mk, h, d), torch.float32, device), \
