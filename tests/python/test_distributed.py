@@ -5,6 +5,8 @@ not, windows, GQA, float64 and float32; then the errors (uneven shards, indivisi
 bias, a bad layout)."""
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import traceback
 
@@ -114,15 +116,55 @@ def test_matches_single_process(world):
     assert not any(failures), "\n".join(f"rank {r}:\n{f}" for r, f in enumerate(failures) if f)
 
 
-def test_nccl_world_of_one():
-    # The CUDA path (NCCL, CUDA tensors and the CUDA kernels) in the one-GPU world CI can't run.
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_nccl_matches_single_process(world):
+    # The CUDA path (NCCL, CUDA tensors, the CUDA kernels): one rank per GPU, where there are enough.
     if not torch.cuda.is_available() or not dist.is_nccl_available():
         pytest.skip("needs CUDA and NCCL")
+    if torch.cuda.device_count() < world:
+        pytest.skip(f"needs {world} GPUs")
     with tempfile.TemporaryDirectory() as results:
-        mp.start_processes(_worker, args=(1, f"tcp://127.0.0.1:{_free_port()}", results, "nccl"), nprocs=1,
+        mp.start_processes(_worker, args=(world, f"tcp://127.0.0.1:{_free_port()}", results, "nccl"), nprocs=world,
                            join=True, start_method="spawn")
-        failures = open(os.path.join(results, "rank0")).read()
-    assert not failures, failures
+        failures = [open(os.path.join(results, f"rank{r}")).read() for r in range(world)]
+    assert not any(failures), "\n".join(f"rank {r}:\n{f}" for r, f in enumerate(failures) if f)
+
+
+FAULT_SCRIPT = """
+import datetime, os, torch, torch.distributed as dist
+from memattn import distributed as cp
+cuda = os.environ["BACKEND"] == "nccl"
+dist.init_process_group(os.environ["BACKEND"], timeout=datetime.timedelta(seconds=60))
+rank, world = dist.get_rank(), dist.get_world_size()
+device = f"cuda:{rank}" if cuda else "cpu"
+if cuda:
+    torch.cuda.set_device(rank)
+x = torch.randn(1, 64, 2, 16, device=device, requires_grad=True)
+cp.ring_attention(x, x, x, causal=True).sum().backward()
+if rank == world - 1:
+    raise RuntimeError("injected fault")  # the other ranks are inside their next ring by now
+cp.ring_attention(x, x, x, causal=True).sum().backward()
+dist.barrier()
+"""
+
+
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_a_failing_rank_ends_every_rank(backend, tmp_path):
+    # One rank raising between two ring calls must end the job with an error, not leave the
+    # others waiting on its transfers: torchrun stops them, and the group's timeout bounds them.
+    world = 2
+    if backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < world):
+        pytest.skip(f"needs {world} GPUs")
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    script = tmp_path / "fault.py"
+    script.write_text(FAULT_SCRIPT)
+    env = dict(os.environ, BACKEND=backend, PYTHONPATH=os.pathsep.join(sys.path))
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world),
+                          "--master-port", str(_free_port()), str(script)], env=env, capture_output=True, text=True,
+                         timeout=240)
+    assert run.returncode != 0
+    assert "injected fault" in run.stdout + run.stderr
 
 
 def test_shard_round_trip():
