@@ -253,24 +253,32 @@ class _RingAttention(torch.autograd.Function):
         dout = dout.contiguous()
         dq = torch.zeros(q.shape, dtype=acc, device=q.device)
         kv = [k, v]
-        dkv = [torch.zeros(k.shape, dtype=acc, device=k.device), torch.zeros(v.shape, dtype=acc, device=v.device)]
+        zeros = lambda: [torch.zeros(k.shape, dtype=acc, device=k.device), torch.zeros(v.shape, dtype=acc, device=v.device)]
+        # A block's dK/dV sum trails its K/V by one step: the sum over the ranks before this one
+        # arrives during the step that holds the block and leaves during the next with this rank's
+        # share added, so both transfers of a step run under its compute.
+        carried = []  # the previous step's block: the sum that arrived, plus this rank's share
         for step in range(last + 1):
-            pending = ring.shift(kv) if step < last else None
+            more = step < last
+            sent = (kv if more else []) + carried
+            received, reqs = ring.shift(sent) if sent else ([], [])
+            share = zeros()
             for rows, keys, wl, wr in _pairs(layout, rank, (rank - step) % world, world, chunk, left, right):
                 gq, gk, gv = _block_backward(dout[:, rows], q[:, rows], kv[0][:, keys], kv[1][:, keys], out[:, rows],
                                              lse[:, :, rows].contiguous(), wl, wr, scale)
                 dq[:, rows] += gq
-                dkv[0][:, keys] += gk
-                dkv[1][:, keys] += gv
-            if pending is not None:
-                # The accumulators follow their K/V block once this step has added to them.
-                moved, reqs = ring.shift(dkv)
-                for req in pending[1] + reqs:
-                    req.wait()
-                kv, dkv = pending[0], moved
-        # The accumulators held now belong to rank - last: send them home, receive this rank's.
+                share[0][:, keys] += gk
+                share[1][:, keys] += gv
+            for req in reqs:
+                req.wait()
+            arrived = received[2:] if more else received
+            carried = [a + b for a, b in zip(arrived, share)] if arrived else share
+            if more:
+                kv = received[:2]
+        # The sum held now is complete and belongs to rank - last: send it home, receive this rank's.
+        dkv = carried
         if last:
-            dkv, reqs = ring.shift(dkv, steps=world - last)
+            dkv, reqs = ring.shift(carried, steps=world - last)
             for req in reqs:
                 req.wait()
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None, None, None, None
