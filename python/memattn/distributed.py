@@ -122,9 +122,11 @@ class _Ring:
         frm = self._global((self.rank - steps) % self.world)
         bufs = [torch.empty_like(t) for t in tensors]
         ops = []
-        for t, b in zip(tensors, bufs):
-            ops.append(dist.P2POp(dist.isend, t.contiguous(), to, self.group))
-            ops.append(dist.P2POp(dist.irecv, b, frm, self.group))
+        # A tag per tensor: gloo matches a receive to a send by peer and tag, and the tensors of
+        # one shift differ in size and dtype (K, V, and the fp32 dK/dV sums).
+        for tag, (t, b) in enumerate(zip(tensors, bufs)):
+            ops.append(dist.P2POp(dist.isend, t.contiguous(), to, self.group, tag))
+            ops.append(dist.P2POp(dist.irecv, b, frm, self.group, tag))
         return bufs, dist.batch_isend_irecv(ops)
 
 
