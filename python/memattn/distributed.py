@@ -14,6 +14,7 @@ Masks are stated on the whole sequence (positions 0..M-1, top-left = bottom-righ
 rank's query and key shards are the same positions). Any backend works: NCCL with CUDA tensors,
 gloo with CPU tensors. shard_sequence / unshard_sequence convert a full sequence to and from a
 rank's shard in either layout."""
+import functools
 from typing import List, Optional, Tuple
 
 import torch
@@ -169,6 +170,7 @@ def _sees_all(q_len: int, k_len: int, left: int, right: int) -> bool:
     return ((left == _UNBOUNDED or left >= q_len - 1) and (right == _UNBOUNDED or right >= k_len - 1))
 
 
+@functools.lru_cache(maxsize=64)  # the same schedule for every forward and backward of a shape
 def _last_step(layout: str, world: int, chunk: int, left: int, right: int) -> int:
     """The last ring step at which any rank has work: with a sliding window the later steps carry
     K/V no query of their holder sees, and the ring stops before them."""
