@@ -219,6 +219,29 @@ def _block_backward(dout, q, k, v, out, lse, left, right, scale):
     return dq.transpose(1, 2), fold(dk), fold(dv)
 
 
+def _forward_step(q: Tensor, kv: List[Tensor], out: Tensor, lse: Tensor, pairs, scale: float) -> None:
+    """One ring step's forward: this rank's queries against the K/V shard in hand, one library call
+    per pair of `pairs` (_pairs), folded into the running (out, lse)."""
+    for rows, keys, wl, wr in pairs:
+        o, l = _ops._forward(q[:, rows], kv[0][:, keys], kv[1][:, keys], None, wl, wr, False, 0.0, None, scale,
+                             None, None, None, -1, -1)
+        _merge(out, lse, rows, o, l)
+
+
+def _backward_step(dout: Tensor, q: Tensor, kv: List[Tensor], out: Tensor, lse: Tensor, dq: Tensor, pairs,
+                   scale: float) -> List[Tensor]:
+    """One ring step's backward: adds this rank's dQ share into dq and returns its share of the
+    K/V shard's gradients [dK, dV] (in dq's dtype)."""
+    share = [torch.zeros(t.shape, dtype=dq.dtype, device=t.device) for t in kv]
+    for rows, keys, wl, wr in pairs:
+        gq, gk, gv = _block_backward(dout[:, rows], q[:, rows], kv[0][:, keys], kv[1][:, keys], out[:, rows],
+                                     lse[:, :, rows].contiguous(), wl, wr, scale)
+        dq[:, rows] += gq
+        share[0][:, keys] += gk
+        share[1][:, keys] += gv
+    return share
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, group, left, right, scale, layout, chunk):
@@ -231,10 +254,7 @@ class _RingAttention(torch.autograd.Function):
         kv = [k, v]
         for step in range(last + 1):
             pending = ring.shift(kv) if step < last else None  # the next step's K/V travel under this one's work
-            for rows, keys, wl, wr in _pairs(layout, rank, (rank - step) % world, world, chunk, left, right):
-                o, l = _ops._forward(q[:, rows], kv[0][:, keys], kv[1][:, keys], None, wl, wr, False, 0.0, None, scale,
-                                     None, None, None, -1, -1)
-                _merge(out, lse, rows, o, l)
+            _forward_step(q, kv, out, lse, _pairs(layout, rank, (rank - step) % world, world, chunk, left, right), scale)
             if pending is not None:
                 for req in pending[1]:
                     req.wait()
@@ -257,7 +277,6 @@ class _RingAttention(torch.autograd.Function):
         dout = dout.contiguous()
         dq = torch.zeros(q.shape, dtype=acc, device=q.device)
         kv = [k, v]
-        zeros = lambda: [torch.zeros(k.shape, dtype=acc, device=k.device), torch.zeros(v.shape, dtype=acc, device=v.device)]
         # A block's dK/dV sum trails its K/V by one step: the sum over the ranks before this one
         # arrives during the step that holds the block and leaves during the next with this rank's
         # share added, so both transfers of a step run under its compute.
@@ -266,13 +285,8 @@ class _RingAttention(torch.autograd.Function):
             more = step < last
             sent = (kv if more else []) + carried
             received, reqs = ring.shift(sent) if sent else ([], [])
-            share = zeros()
-            for rows, keys, wl, wr in _pairs(layout, rank, (rank - step) % world, world, chunk, left, right):
-                gq, gk, gv = _block_backward(dout[:, rows], q[:, rows], kv[0][:, keys], kv[1][:, keys], out[:, rows],
-                                             lse[:, :, rows].contiguous(), wl, wr, scale)
-                dq[:, rows] += gq
-                share[0][:, keys] += gk
-                share[1][:, keys] += gv
+            share = _backward_step(dout, q, kv, out, lse, dq,
+                                   _pairs(layout, rank, (rank - step) % world, world, chunk, left, right), scale)
             for req in reqs:
                 req.wait()
             arrived = received[2:] if more else received

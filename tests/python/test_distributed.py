@@ -2,7 +2,8 @@
 checking its shard of the output, the LSE and the gradients against memattn.attention on the
 gathered sequence (one process, the same inputs), for both strategies, both layouts, causal and
 not, windows, GQA, float64 and float32; then the errors (uneven shards, indivisible heads, a
-bias, a bad layout)."""
+bias, a bad layout). Where there are GPUs, the same on NCCL with one rank per GPU (bf16 and
+fp32, plus bf16 at D = 128 with 1024 positions per rank), and a failing rank under torchrun."""
 import datetime
 import os
 import socket
@@ -35,10 +36,20 @@ def _cases(world, dtypes=(torch.float64, torch.float32)):
                         yield dtype, strategy, layout, causal, window, heads_q, heads_k
 
 
-def _check_case(rank, world, dtype, strategy, layout, causal, window, heads_q, heads_k, device="cpu"):
-    seqlen = 8 * world * 3  # 3 x 2W chunks of 4 positions
+def _large_cases():
+    # The kernels a model's shapes take (bf16, D = 128, chunks of hundreds of positions), on GPUs.
+    for strategy in ("ring", "all_to_all"):
+        for layout in ("zigzag", "contiguous"):
+            for causal, window in ((False, None), (True, None), (True, (700, None)), (False, (300, 200))):
+                for heads_q, heads_k in ((8, 8), (8, 2)):
+                    yield torch.bfloat16, strategy, layout, causal, window, heads_q, heads_k
+
+
+def _check_case(rank, world, dtype, strategy, layout, causal, window, heads_q, heads_k, device="cpu",
+                per_rank=24, head_dim=16):
+    seqlen = per_rank * world  # by default 3 x 2W chunks of 4 positions
     gen = torch.Generator().manual_seed(1234)
-    q, k, v, dout = (torch.randn((2, seqlen, h, 16), generator=gen, dtype=dtype).to(device)
+    q, k, v, dout = (torch.randn((2, seqlen, h, head_dim), generator=gen, dtype=dtype).to(device)
                      for h in (heads_q, heads_k, heads_k, heads_q))
     full = [t.clone().requires_grad_() for t in (q, k, v)]
     ref, ref_lse = memattn.attention(*full, causal=causal, window=window, return_lse=True)
@@ -88,11 +99,14 @@ def _worker(rank, world, init, results, backend="gloo"):
         device, dtypes = f"cuda:{rank}", (torch.bfloat16, torch.float32)
     failures = []
     try:
-        for case in _cases(world, dtypes):
+        cases = [(case, {}) for case in _cases(world, dtypes)]
+        if backend == "nccl":
+            cases += [(case, dict(per_rank=1024, head_dim=128)) for case in _large_cases()]
+        for case, shape in cases:
             try:
-                _check_case(rank, world, *case, device=device)
+                _check_case(rank, world, *case, device=device, **shape)
             except Exception:  # every case runs on every rank, so the collectives stay matched
-                failures.append(f"{case}: {traceback.format_exc(limit=3)}")
+                failures.append(f"{case} {shape}: {traceback.format_exc(limit=3)}")
         try:
             _check_errors(rank, world, device)
         except Exception:
