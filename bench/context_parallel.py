@@ -86,8 +86,8 @@ def ring_parts(q, k, v, dout, causal, layout):
     def forward():
         o = torch.zeros(out.shape, dtype=acc, device=q.device)
         m = torch.full(lse.shape, float("-inf"), dtype=acc, device=q.device)
-        for pairs in steps:
-            cp._forward_step(q, [k, v], o, m, pairs, scale)
+        for step, pairs in enumerate(steps):
+            cp._forward_step(q, [k, v], o, m, pairs, scale, first=step == 0)
 
     def backward():
         dq = torch.zeros(q.shape, dtype=acc, device=q.device)

@@ -181,10 +181,25 @@ def _last_step(layout: str, world: int, chunk: int, left: int, right: int) -> in
     return last
 
 
-def _merge(out: Tensor, lse: Tensor, rows: slice, o: Tensor, l: Tensor) -> None:
+def _merge(out: Tensor, lse: Tensor, rows: slice, o: Tensor, l: Tensor, fresh: bool = False) -> None:
     """Folds a partial result (o [B, n, H, Dv], l [B, H, n]) for the rows `rows` into the running
-    (out, lse) accumulators, in place."""
-    out[:, rows], lse[:, :, rows] = merge_attention_states(out[:, rows], lse[:, :, rows], o, l)
+    (out, lse) accumulators in place, or copies it where `fresh` (nothing folded there yet). The
+    same arithmetic as merge_attention_states in two passes over out instead of six: the ring
+    merges a full shard's output at every step, and at 4 ranks the six passes cost ~8% of the
+    forward (H100, 32k tokens per GPU)."""
+    if fresh:
+        out[:, rows].copy_(o)
+        lse[:, :, rows].copy_(l)
+        return
+    a, b = lse[:, :, rows], l.to(lse.dtype)
+    top = torch.maximum(a, b)
+    top = torch.where(top == float("-inf"), torch.zeros_like(top), top)  # both empty: no inf - inf
+    wa, wb = torch.exp(a - top), torch.exp(b - top)
+    total = wa + wb
+    norm = torch.where(total == 0, torch.ones_like(total), total)
+    weight = lambda w: (w / norm).transpose(1, 2).unsqueeze(-1)  # [B, H, n] -> [B, n, H, 1]
+    out[:, rows].mul_(weight(wa)).addcmul_(o, weight(wb))
+    lse[:, :, rows] = top + torch.log(total)
 
 
 def _accumulator_dtype(t: Tensor):
@@ -219,13 +234,13 @@ def _block_backward(dout, q, k, v, out, lse, left, right, scale):
     return dq.transpose(1, 2), fold(dk), fold(dv)
 
 
-def _forward_step(q: Tensor, kv: List[Tensor], out: Tensor, lse: Tensor, pairs, scale: float) -> None:
+def _forward_step(q: Tensor, kv: List[Tensor], out: Tensor, lse: Tensor, pairs, scale: float, first: bool) -> None:
     """One ring step's forward: this rank's queries against the K/V shard in hand, one library call
-    per pair of `pairs` (_pairs), folded into the running (out, lse)."""
+    per pair of `pairs` (_pairs), folded into the running (out, lse) (`first`: nothing is yet)."""
     for rows, keys, wl, wr in pairs:
         o, l = _ops._forward(q[:, rows], kv[0][:, keys], kv[1][:, keys], None, wl, wr, False, 0.0, None, scale,
                              None, None, None, -1, -1)
-        _merge(out, lse, rows, o, l)
+        _merge(out, lse, rows, o, l, fresh=first and len(pairs) == 1)
 
 
 def _backward_step(dout: Tensor, q: Tensor, kv: List[Tensor], out: Tensor, lse: Tensor, dq: Tensor, pairs,
@@ -254,7 +269,8 @@ class _RingAttention(torch.autograd.Function):
         kv = [k, v]
         for step in range(last + 1):
             pending = ring.shift(kv) if step < last else None  # the next step's K/V travel under this one's work
-            _forward_step(q, kv, out, lse, _pairs(layout, rank, (rank - step) % world, world, chunk, left, right), scale)
+            _forward_step(q, kv, out, lse, _pairs(layout, rank, (rank - step) % world, world, chunk, left, right), scale,
+                          first=step == 0)
             if pending is not None:
                 for req in pending[1]:
                     req.wait()
