@@ -11,6 +11,7 @@
 #             op's tests
 #   bench     the benchmark suite (bench/bench.py) against PyTorch SDPA's backends (runs before
 #             `run`, whose SASS listing of every test binary takes minutes)
+#   decode    the decoding table (bench/decode.py, DECODE_ARGS) against SDPA's FLASH and CUDNN
 #   ab        row A/Bs (scripts/ab_rows.sh), one per line of the file AB_FILE: pass "ROWS" flags
 #             (`memattn run` flags, the dispatcher's overrides --no-l2-groups and --no-tail-split
 #             among them; each row is forced with --kernel)
@@ -103,6 +104,12 @@ if has bench; then
     --iters "${BENCH_ITERS:-20}" ${BENCH_ARGS:-} >>"$out/run.log" 2>&1
   note "bench: exit $?"
   tail -n 3 "$out/run.log"
+fi
+if has decode; then
+  PYTHONPATH="$(realpath -m "$build")/python:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 python3 bench/decode.py --out "$out" \
+    ${DECODE_ARGS:-} >"$out/decode.log" 2>&1
+  note "decode: exit $?"
+  grep -E '^\|' "$out/decode.log" | tee -a "$summary"
 fi
 if has run; then
   {

@@ -41,13 +41,16 @@ namespace memattn {
 // so that a measurement never silently runs something other than what it names). A forced row
 // that cannot run the problem fails the call with its reason (invalid_argument); forced, a row
 // runs where the dispatcher would pass over it (a row tuned for longer sequences, a fallback tile).
-// The CPU backends make no scheduling choices and ignore the two flags.
+// The CPU backends make no scheduling choices and ignore the two flags and num_splits.
 struct KernelOverrides {
   std::string kernel;           // a row name from list_kernels() / `memattn kernels`: the only row of its pass that may run
   bool l2_sized_groups = true;  // false: the causal backward's work groups stay sized for load balance where the
                                 // pairs in flight would reread more than half of L2 (by default they shrink to fit)
   bool split_last_wave = true;  // false: the one-pass backward runs a part-full last wave of key tiles whole
                                 // instead of splitting each of those tiles over several CTAs
+  int num_splits = 0;  // forward: over how many CTAs each query tile's keys are split, the parts then combined
+                       // by their LSE (0: the dispatcher's choice, which splits only where the query tiles
+                       // leave SMs idle, as in decoding; 1: never; 2..256: that many, on a row that can split)
 };
 
 // Settings shared by the forward and the backward pass.

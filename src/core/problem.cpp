@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/backend.hpp"
+#include "cuda/key_splits.hpp"
 #include "memattn/dropout.hpp"
 
 namespace memattn::detail {
@@ -463,6 +464,12 @@ Status check_out_lse(const TensorRef& out, const TensorRef& lse, const char* out
 // overrides.kernel: empty, or a compiled CUDA row of the call's pass on a call the CUDA backend
 // runs. Whether the row can run this problem is the dispatcher's question (it needs the device).
 Status check_kernel_override(const KernelOverrides& o, cuda::Pass pass, const Problem& p) {
+  if (o.num_splits < 0 || o.num_splits > cuda::kMaxKeySplits)
+    return invalid("overrides.num_splits: must be 0 (the dispatcher's choice) or 1 to " +
+                   std::to_string(cuda::kMaxKeySplits) + ", got " + std::to_string(o.num_splits));
+  if (o.num_splits != 0 && pass == cuda::Pass::backward)
+    return invalid("overrides.num_splits: applies to the forward only (got " + std::to_string(o.num_splits) +
+                   " in a backward call; leave it 0)");
   if (o.kernel.empty()) return Status::Ok();
   const std::string name = "overrides.kernel: \"" + o.kernel + "\"";
   if (p.backend != Backend::cuda)

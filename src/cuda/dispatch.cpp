@@ -9,8 +9,10 @@
 
 #include "cuda/backend.hpp"
 #include "cuda/kernel_table.hpp"
+#include "cuda/pack_gqa.hpp"
 #include "cuda/schedule.hpp"
 #include "cuda/select.hpp"
+#include "cuda/split_combine.hpp"
 #include "cuda/workspace.hpp"
 
 namespace memattn::cuda {
@@ -102,12 +104,18 @@ struct ForwardPlan {
   const ForwardKernel* kernel = nullptr;
   FwdParams params{};
   std::size_t workspace_bytes = 0;
+  bool packed_gqa = false;  // the query heads of a kv head run as its rows (pack_gqa.hpp)
 };
 
-Status plan_forward(const ForwardArgs& args, const detail::Problem& p, ForwardPlan* plan) {
+Status plan_forward(const ForwardArgs& call_args, const detail::Problem& call_problem, ForwardPlan* plan) {
+  ForwardArgs packed_args;
+  detail::Problem packed_problem;
+  plan->packed_gqa = pack_gqa_rows(call_args, call_problem, &packed_args, &packed_problem);
+  const ForwardArgs& args = plan->packed_gqa ? packed_args : call_args;
+  const detail::Problem& p = plan->packed_gqa ? packed_problem : call_problem;
   if (Status s = choose_forward(args, p, &plan->kernel); !s.ok()) return s;
   plan->params = forward_params(args, p, plan->kernel->block_m);
-  if (Status s = schedule_forward(*plan->kernel, p, &plan->params); !s.ok()) return s;
+  if (Status s = schedule_forward(*plan->kernel, p, args.overrides, &plan->params); !s.ok()) return s;
   plan->workspace_bytes = plan_forward_workspace(*plan->kernel, p, &plan->params);
   return Status::Ok();
 }
@@ -151,15 +159,19 @@ Status forward(const ForwardArgs& args, const detail::Problem& p) {
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
   const Scratch scratch(args, plan.workspace_bytes, stream);
   if (Status s = scratch.status(); !s.ok()) return s;
-  plan.params.o_accum = static_cast<float*>(scratch.get());
-  return plan.kernel->launch(plan.params, stream);
+  bind_forward_workspace(scratch.get(), &plan.params);
+  if (Status s = plan.kernel->launch(plan.params, stream); !s.ok()) return s;
+  return plan.params.num_splits > 1 ? launch_split_combine(plan.params, p.dtype, stream) : Status::Ok();
 }
 
 Status describe_forward(const ForwardArgs& args, const detail::Problem& p, std::string* text) {
   ForwardPlan plan;
   if (Status s = plan_forward(args, p, &plan); !s.ok()) return s;
   *text = describe(*plan.kernel);
-  if (plan.workspace_bytes)
+  if (plan.packed_gqa) *text += ", the query heads of each kv head as its rows";
+  if (plan.params.num_splits > 1)
+    *text += ", keys split over " + std::to_string(plan.params.num_splits) + " CTAs per query tile, then combined";
+  else if (plan.workspace_bytes)
     *text += ", workspace " + std::to_string(plan.workspace_bytes >> 20) + " MiB for " +
              std::to_string(plan.params.grid_ctas) + " CTAs";
   return Status::Ok();

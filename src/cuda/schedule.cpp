@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 
+#include "cuda/key_splits.hpp"
 #include "cuda/tail_split.hpp"
 #include "cuda/workspace.hpp"
 
@@ -92,10 +94,36 @@ Status choose_tail_split(const BackwardKernel& k, const detail::Problem& p, cons
   return Status::Ok();
 }
 
+// Split keys (key_splits.hpp): the parts per query tile, from the resident CTAs and the key
+// tiles a query tile can see (a window bounded on both sides sees at most its width).
+Status choose_key_splits(const ForwardKernel& k, const detail::Problem& p, const KernelOverrides& overrides,
+                         FwdParams* f) {
+  f->num_splits = 1;
+  if (overrides.num_splits > 1 && !k.split_keys)
+    return {StatusCode::invalid_argument,
+            "overrides.num_splits = " + std::to_string(overrides.num_splits) + ": kernel " + k.name +
+                " cannot split a query tile's keys (the sm80 register forward rows can: bf16/fp16, D and Dv <= 256)"};
+  if (!k.split_keys || overrides.num_splits == 1 || f->num_blocks == 0) return Status::Ok();
+  if (overrides.num_splits > 1) {
+    f->num_splits = overrides.num_splits;
+  } else {
+    std::int64_t keys = p.seqlen_k;
+    if (p.window_left != kUnbounded && p.window_right != kUnbounded)
+      keys = std::min(keys, p.window_left + p.window_right + k.block_m + k.block_n);
+    std::int64_t resident = 0;
+    if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
+    f->num_splits = plan_key_splits(f->num_blocks, resident, (keys + k.block_n - 1) / k.block_n);
+  }
+  f->num_blocks *= f->num_splits;
+  return Status::Ok();
+}
+
 }  // namespace
 
-Status schedule_forward(const ForwardKernel& k, const detail::Problem& p, FwdParams* f) {
+Status schedule_forward(const ForwardKernel& k, const detail::Problem& p, const KernelOverrides& overrides,
+                        FwdParams* f) {
   if (Status s = work_groups(k, p, f->num_m_blocks, p.batch * p.heads_q, &f->work_groups); !s.ok()) return s;
+  if (Status s = choose_key_splits(k, p, overrides, f); !s.ok()) return s;
   if (k.accumulator != Accumulator::global) return Status::Ok();
   // One workspace slot (the output accumulator of one query tile) per resident CTA; the CTAs
   // take the work items in turn.

@@ -31,7 +31,7 @@ struct Need {
   // stores (backward).
   bool dbias_stageable = true;
   bool deterministic = false;  // bit-reproducible results asked for (backward)
-  double queries_per_key = 0;  // visible (query, key) pairs per key (backward)
+  double queries_per_key = 0;  // visible (query, key) pairs per key and head
   int compute_capability;
   int smem_per_block = 0;  // the device's opt-in limit of shared memory per CTA, bytes
 };
@@ -106,12 +106,6 @@ bool bias_tileable(const TensorRef& bias, const detail::Problem& p) {
   return !p.bias_broadcast[3] && rows_tileable(bias, steps);
 }
 
-Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
-  Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
-  n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
-  return n;
-}
-
 // How many queries a key sees on average (for rows with min_queries_per_key): Mq without a mask.
 // With the lengths left on the device, every sequence counts at its bounds.
 double queries_per_key(const detail::Problem& p) {
@@ -121,6 +115,13 @@ double queries_per_key(const detail::Problem& p) {
     for (std::int64_t b = 0; b < p.batch; ++b) keys += double(p.sequence(b).k_len);
   }
   return keys > 0 ? p.visible_pairs() / (keys * double(p.heads_q)) : 0.0;
+}
+
+Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
+  Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
+  n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
+  n.queries_per_key = queries_per_key(p);
+  return n;
 }
 
 // Whether a dense 16-bit dbias can be written 16 bytes at a time from the bias tile's shared

@@ -66,9 +66,32 @@ GradientStore gradient_store(const BackwardKernel& k) {
 }
 
 std::size_t plan_forward_workspace(const ForwardKernel& k, const detail::Problem& p, FwdParams* f) {
+  if (f->num_splits > 1) {
+    f->partial_batch = p.varlen ? 1 : p.batch;
+    f->partial_rows = p.varlen ? f->packed_q : p.seqlen_q;
+    const std::size_t rows = std::size_t(f->num_splits) * std::size_t(f->partial_batch) * std::size_t(p.heads_q) *
+                             std::size_t(f->partial_rows);
+    return partial_lse_offset(*f) + rows * sizeof(float);
+  }
   if (k.accumulator != Accumulator::global) return 0;
   f->o_accum_slot_elems = std::int64_t(k.block_m) * accum_ld(p.head_dim_v);
   return std::size_t(f->grid_ctas) * std::size_t(f->o_accum_slot_elems) * sizeof(float);
+}
+
+std::size_t partial_lse_offset(const FwdParams& f) {
+  constexpr std::size_t kAlign = 256;
+  const std::size_t out = std::size_t(f.num_splits) * std::size_t(f.partial_batch) * std::size_t(f.heads_q) *
+                          std::size_t(f.partial_rows) * std::size_t(f.head_dim_v) * sizeof(float);
+  return (out + kAlign - 1) / kAlign * kAlign;
+}
+
+void bind_forward_workspace(void* base, FwdParams* f) {
+  if (f->num_splits > 1) {
+    f->partial_out = static_cast<float*>(base);
+    f->partial_lse = reinterpret_cast<float*>(static_cast<char*>(base) + partial_lse_offset(*f));
+  } else {
+    f->o_accum = static_cast<float*>(base);
+  }
 }
 
 void plan_backward_workspace(const BackwardKernel& k, const BackwardArgs& a, const detail::Problem& p, BwdParams* b,

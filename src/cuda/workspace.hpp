@@ -1,6 +1,6 @@
 // Workspace planning: the scratch memory a row needs besides the caller's tensors, its size and
 // its layout, and where it comes from. The forward's global-accumulator rows keep each resident
-// CTA's output accumulator there; the backward keeps delta (rowsum(dO * O)) there, and as the row
+// CTA's output accumulator there, and a forward with split keys every part's output and LSE; the backward keeps delta (rowsum(dO * O)) there, and as the row
 // needs them a dbias accumulator (dbias over broadcast dimensions), the gradients' fp32
 // accumulators and the last-wave split's partial sums. Planning fills the sizes and strides the
 // kernels read (in the params) and the offsets; binding points the params at one block of memory
@@ -38,9 +38,14 @@ enum class GradientStore {
 };
 GradientStore gradient_store(const BackwardKernel& k);
 
-// The forward's workspace bytes: one output accumulator slot per CTA of the global-accumulator
-// rows (f->grid_ctas, from the schedule); sets f->o_accum_slot_elems.
+// The forward's workspace bytes: with split keys (f->num_splits > 1, from the schedule) every
+// part's output and LSE in fp32, then 256-byte aligned; else one output accumulator slot per CTA
+// of the global-accumulator rows (f->grid_ctas); sets f->o_accum_slot_elems or the partial sizes.
 std::size_t plan_forward_workspace(const ForwardKernel& k, const detail::Problem& p, FwdParams* f);
+// Where the split parts' LSE starts in that workspace (bytes).
+std::size_t partial_lse_offset(const FwdParams& f);
+// Points f at its workspace, `base`.
+void bind_forward_workspace(void* base, FwdParams* f);
 
 // Byte offsets of the backward's workspace parts (delta at 0), each 256-byte aligned.
 struct BackwardWorkspace {

@@ -327,6 +327,14 @@ TEST(Validation, KernelOverrideNeedsTheCudaBackend) {
   }
 }
 
+// overrides.num_splits: 0 to 256, and the forward's alone.
+TEST(Validation, NumSplitsOverride) {
+  expect_rejected([](ForwardArgs& a) { a.overrides.num_splits = -1; },
+                  [](BackwardArgs& a) { a.overrides.num_splits = 2; }, "overrides.num_splits");
+  expect_rejected([](ForwardArgs& a) { a.overrides.num_splits = 257; }, nullptr, "must be 0 (the dispatcher's choice) or 1 to 256");
+  expect_rejected(nullptr, [](BackwardArgs& a) { a.overrides.num_splits = 1; }, "applies to the forward only");
+}
+
 // The scheduling overrides have nothing to turn off on the CPU: accepted and ignored.
 TEST(Validation, SchedulingOverridesAreIgnoredOffTheGpu) {
   tools::ProblemSpec s = good_spec();
@@ -334,6 +342,7 @@ TEST(Validation, SchedulingOverridesAreIgnoredOffTheGpu) {
     o->l2_sized_groups = false;
     o->split_last_wave = false;
   }
+  s.forward_overrides.num_splits = 7;
   tools::Workload w(s);
   w.fill_inputs(next_seed());
   const Status f = forward(w.forward_args());

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "memattn/attention.hpp"
 #include "support/cases.hpp"
@@ -63,6 +65,87 @@ TEST(CudaForwardSoftmax, MaximumMovesMidRow) {
       check_case(s, {false});
     }
   }
+}
+
+// Whether the row the dispatcher picks for `spec` can split its keys. A build without the sm80
+// register rows of a problem (a reduced table) picks one that cannot, and then a part count is
+// refused before any launch, naming the row: checked here.
+bool row_splits_keys(const tools::ProblemSpec& spec) {
+  tools::ProblemSpec probe = spec;
+  probe.forward_overrides.num_splits = 2;
+  tools::Workload w(probe);
+  EXPECT_TRUE(w.to_device().ok());
+  std::string plan;
+  const Status s = describe_plan(w.forward_args(), &plan);
+  if (s.ok()) return true;
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument) << s.to_string();
+  EXPECT_NE(s.message().find("cannot split a query tile's keys"), std::string::npos) << s.message();
+  return false;
+}
+
+// Split keys (split_keys.hpp, split_combine.cu): every part count, and the dispatcher's own
+// choice (0), against the reference on the problems splitting is for (few query rows, many keys,
+// decoding with grouped heads) and on the awkward ones: parts without keys (causal rows near the start, a narrow window), key
+// counts that are not whole tiles, bias and dropout, GQA, variable lengths with seqused_k and rows
+// outside every sequence, and the register buckets 64 to 256.
+TEST(CudaForwardSplitKeys, EveryPartCountMatchesReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<tools::ProblemSpec> problems;
+  const auto problem = [&](std::int64_t mq, std::int64_t mk, std::int64_t d, DType dtype) -> tools::ProblemSpec& {
+    tools::ProblemSpec s;
+    s.batch = 3;
+    s.seqlen_q = mq;
+    s.seqlen_k = mk;
+    s.heads_q = 8;
+    s.heads_k = 2;
+    s.head_dim = s.head_dim_v = d;
+    s.dtype = dtype;
+    s.backend = Backend::cuda;
+    problems.push_back(s);
+    return problems.back();
+  };
+  problem(1, 1000, 128, DType::bf16);
+  // One query row with grouped heads: the heads of a kv head run as its rows (pack_gqa.hpp), the
+  // mask becoming a key range.
+  problem(1, 1000, 128, DType::bf16).mask = Mask::causal(Alignment::top_left);
+  {
+    tools::ProblemSpec& s = problem(1, 900, 64, DType::f16);
+    s.mask = Mask::window(40, 3, Alignment::bottom_right);
+    s.bias = tools::bias_pattern(tools::BiasKind::broadcast_heads);
+  }
+  problem(1, 513, 128, DType::bf16).bias = tools::bias_pattern(tools::BiasKind::dense);
+  problem(1, 700, 128, DType::bf16).heads_k = 8;  // no groups: one row per tile
+  problem(5, 777, 64, DType::f16).mask = Mask::causal(Alignment::bottom_right);
+  problem(70, 333, 128, DType::bf16).mask = Mask::causal(Alignment::top_left);
+  problem(9, 1500, 96, DType::bf16).mask = Mask::window(40, 3, Alignment::bottom_right);
+  {
+    tools::ProblemSpec& s = problem(3, 640, 128, DType::bf16);
+    s.bias = tools::bias_pattern(tools::BiasKind::dense);
+    s.dropout = Dropout{0.2, 1234, 7};
+  }
+  {
+    tools::ProblemSpec& s = problem(0, 0, 64, DType::bf16);
+    s.varlen_q = {1, 3, 0, 2};
+    s.varlen_k = {500, 64, 10, 1000};
+    s.seqused_k = {480, 64, 0, 999};
+    s.varlen_outside = 2;
+    problems.push_back(s);
+    problems.back().varlen_bound_slack = 3;  // the lengths stay on the device
+  }
+  problem(2, 2000, 256, DType::f16);
+  int split = 0;  // problems whose row splits its keys
+  for (const tools::ProblemSpec& base : problems) {
+    const bool splits_keys = row_splits_keys(base);
+    split += splits_keys;
+    for (const int splits : {0, 1, 2, 3, 7, 64}) {
+      if (splits > 1 && !splits_keys) continue;
+      tools::ProblemSpec s = base;
+      s.forward_overrides.num_splits = splits;
+      SCOPED_TRACE(s.describe());
+      check_case(s, {false});
+    }
+  }
+  if (split == 0) std::printf("note: no problem's row splits keys in this build (no sm80 register rows for them)\n");
 }
 
 TEST(CudaForwardSizes, LongSequenceWithDenseBiasNeedsInt64Offsets) {

@@ -100,7 +100,7 @@ CLI::Validator number_in(double lo, double hi, const char* rule) {
       "");
 }
 
-// --kernel, --no-l2-groups, --no-tail-split: each row goes to the pass its name says (fwd_, bwd_);
+// --kernel, --no-l2-groups, --no-tail-split, --num-splits: each row goes to the pass its name says (fwd_, bwd_);
 // the library checks that the build has it and that it can run the problem.
 Status parse_overrides(const ProblemFlags& f, tools::ProblemSpec* s) {
   for (const std::string& name : f.kernels) {
@@ -118,6 +118,7 @@ Status parse_overrides(const ProblemFlags& f, tools::ProblemSpec* s) {
     o->l2_sized_groups = !f.no_l2_groups;
     o->split_last_wave = !f.no_tail_split;
   }
+  s->forward_overrides.num_splits = f.num_splits;
   return Status::Ok();
 }
 
@@ -250,6 +251,10 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
                 "shrink to fit L2");
   app->add_flag("--no-tail-split", f->no_tail_split,
                 "CUDA only: run the one-pass backward's last wave of key tiles whole (no split over CTAs)");
+  app->add_option("--num-splits", f->num_splits,
+                  "CUDA only: split each query tile's keys over N CTAs in the forward, the parts combined by their "
+                  "LSE (0: the dispatcher's choice; 1: never)")
+      ->check(integer_at_least<int>(0));
 }
 
 void apply_backend_defaults(ProblemFlags* f, Backend backend) {

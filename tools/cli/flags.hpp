@@ -29,6 +29,7 @@ struct ProblemFlags {
   // causal backward's L2-sized groups and the one-pass backward's last-wave split turned off.
   std::vector<std::string> kernels;
   bool no_l2_groups = false, no_tail_split = false;
+  int num_splits = 0;  // the forward's split keys: 0 = the dispatcher's choice
 
   CLI::Option* size_options[5] = {};  // batch, seqlen-q, heads-q, head-dim, seqlen-k: given or not
 };

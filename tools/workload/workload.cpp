@@ -101,6 +101,7 @@ std::string ProblemSpec::describe() const {
     if (!o->kernel.empty()) s << " kernel=" << o->kernel;
   if (!forward_overrides.l2_sized_groups || !backward_overrides.l2_sized_groups) s << " no-l2-groups";
   if (!forward_overrides.split_last_wave || !backward_overrides.split_last_wave) s << " no-tail-split";
+  if (forward_overrides.num_splits) s << " splits=" << forward_overrides.num_splits;
   return s.str();
 }
 

@@ -47,8 +47,17 @@ struct FwdParams {
   float* o_accum;
   std::int64_t o_accum_slot_elems;
 
+  // Split keys (split_combine.hpp): each query tile's key tiles are divided over num_splits CTAs
+  // (1: no split), each writing its rows' normalised output and LSE in fp32 to the workspace,
+  // [split][sequence or batch][head][row]; a combine kernel merges them into out and lse.
+  int num_splits;
+  float* partial_out;            // [num_splits, partial_batch, heads_q, partial_rows, head_dim_v]
+  float* partial_lse;            // [num_splits, partial_batch, heads_q, partial_rows]
+  std::int64_t partial_batch;    // batch, or 1 with variable lengths
+  std::int64_t partial_rows;     // seqlen_q, or the packed rows of q with variable lengths
+
   int num_m_blocks;         // query tiles per (sequence, head)
-  std::int64_t num_blocks;  // num_m_blocks * heads_q * batch: the work items
+  std::int64_t num_blocks;  // num_m_blocks * heads_q * batch * num_splits: the work items
   std::int64_t grid_ctas;   // CTAs to launch (each takes work items in turn); 0: one per work item
   std::int64_t work_groups;  // groups of (sequence, head) pairs in the work order; 0: one per pair (tile_scheduler.hpp)
 };

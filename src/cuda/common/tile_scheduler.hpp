@@ -16,14 +16,19 @@ struct WorkItem {
   int m_block;
   int h;
   int b;
+  int split;  // which part of the query tile's keys (split keys), else 0
 };
 
+// With split keys the parts of one query tile are neighbouring work items, so that they run
+// together and the tile's Q stays in L2 for all of them.
 __device__ __forceinline__ WorkItem decode_work(const FwdParams& p, std::int64_t index) {
-  const TileRank t = rank_work(index, p.num_m_blocks, std::int64_t(p.batch) * p.heads_q, p.work_groups);
+  const int splits = p.num_splits > 1 ? p.num_splits : 1;
+  const TileRank t = rank_work(index / splits, p.num_m_blocks, std::int64_t(p.batch) * p.heads_q, p.work_groups);
   WorkItem w;
   w.m_block = p.num_m_blocks - 1 - t.rank;
   w.h = int(t.pair % p.heads_q);
   w.b = int(t.pair / p.heads_q);
+  w.split = int(index % splits);
   return w;
 }
 

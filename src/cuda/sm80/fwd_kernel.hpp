@@ -1,4 +1,6 @@
 // The sm80 forward kernel with the output accumulator in registers (head dims up to 256).
+// With split keys (split_keys.hpp) a CTA walks its part of the tile's key tiles and writes fp32
+// partial results instead of out and lse.
 //
 // One CTA owns kBlockM query rows of one (sequence, head). It walks the key tiles the mask leaves
 // visible, last to first: S = Q K^T (ldmatrix + mma.sync), scores scaled to base 2, bias added,
@@ -18,6 +20,7 @@
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/score_mods.hpp"
 #include "cuda/common/softmax.hpp"
+#include "cuda/common/split_keys.hpp"
 #include "cuda/common/tile_scheduler.hpp"
 #include "cuda/sm80/fwd_traits.hpp"
 
@@ -69,10 +72,15 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     rule.key_range(m0, m0 + rows, &key_begin, &key_end);
   }
   if (key_begin >= key_end) {
-    write_empty_rows<Traits>(p, seq, work.h, m0, rows);
+    if (p.num_splits > 1) write_empty_partial<Traits::kThreads>(p, seq, work.h, work.split, m0, rows);
+    else write_empty_rows<Traits>(p, seq, work.h, m0, rows);
     return;
   }
-  const int n_first = int(key_begin / kBlockN), n_last = int((key_end - 1) / kBlockN);
+  int n_first = int(key_begin / kBlockN), n_last = int((key_end - 1) / kBlockN);
+  if (!split_key_tiles(p, work.split, &n_first, &n_last)) {
+    write_empty_partial<Traits::kThreads>(p, seq, work.h, work.split, m0, rows);
+    return;
+  }
   // Key tiles [n_full_lo, n_full_hi] need no mask (every element visible, no key past k_len).
   int n_full_lo, n_full_hi;
   {
@@ -248,6 +256,11 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   auto thr_mma = mma.get_thread_slice(threadIdx.x);
   float lse[decltype(size<0>(acc_o_rc))::value];
   softmax.finalize(acc_o_rc, (kFeatures & kDropout) && p.dropout ? p.dropout_scale : 1.0f, lse);
+  if (p.num_splits > 1) {
+    write_partial(p, eseq, work.h, opaque(work.split), em0, erows, acc_o_rc, lse,
+                  rowcol(thr_mma.partition_C(make_identity_tensor(tile_q))));
+    return;
+  }
   write_lse(p, eseq, work.h, em0, erows, lse, rowcol(thr_mma.partition_C(make_identity_tensor(tile_q))));
   Element* o_ptr = o_at<Element>(p, eseq.batch, eseq.q_begin + em0, work.h);
   store_tile<Traits, typename Traits::SmemLayoutQ>(
