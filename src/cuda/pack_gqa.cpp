@@ -15,10 +15,10 @@ TensorRef narrow(TensorRef t, int dim, std::int64_t first, std::int64_t count) {
 }
 
 // Dimension `heads` (size Hq = Hk * g, stride s) split into Hk heads (stride g * s) and the g
-// rows of dimension `rows` (stride s); a broadcast head dimension (size 1 or stride 0) stays one,
-// and the rows broadcast with it.
+// rows of dimension `rows` (stride s; a stride 0 stays 0 in both). A bias's head dimension of
+// size 1 stays one, and the rows broadcast with it.
 TensorRef heads_as_rows(TensorRef t, int heads, int rows, std::int64_t heads_k, std::int64_t group) {
-  if (t.sizes[heads] == 1 || t.strides[heads] == 0) {
+  if (t.sizes[heads] == 1) {
     t.sizes[rows] = 1;
     t.strides[rows] = 0;
     return t;

@@ -114,6 +114,11 @@ TEST(CudaForwardSplitKeys, EveryPartCountMatchesReference) {
     s.bias = tools::bias_pattern(tools::BiasKind::broadcast_heads);
   }
   problem(1, 513, 128, DType::bf16).bias = tools::bias_pattern(tools::BiasKind::dense);
+  {
+    tools::ProblemSpec& s = problem(1, 300, 128, DType::bf16);  // heads of stride 0 at full size
+    s.bias = tools::bias_pattern(tools::BiasKind::broadcast_heads);
+    s.bias_expanded = true;
+  }
   problem(1, 700, 128, DType::bf16).heads_k = 8;  // no groups: one row per tile
   problem(5, 777, 64, DType::f16).mask = Mask::causal(Alignment::bottom_right);
   problem(70, 333, 128, DType::bf16).mask = Mask::causal(Alignment::top_left);
