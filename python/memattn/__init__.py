@@ -216,15 +216,22 @@ def merge_attention_states(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: T
             raise ValueError(f"memattn.merge_attention_states: {name} must be [B, H, M] = {lse_shape}, got "
                              f"{list(t.shape)}")
     acc = torch.float64 if out_a.dtype == torch.float64 else torch.float32
-    a, b = lse_a.to(acc), lse_b.to(acc)
-    top = torch.maximum(a, b)
+    weight_a, weight_b, lse = _merge_weights(lse_a.to(acc), lse_b.to(acc))
+    out = out_a.to(acc) * weight_a + out_b.to(acc) * weight_b
+    return out.to(out_a.dtype), lse
+
+
+def _merge_weights(lse_a: Tensor, lse_b: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """The weights [B, M, H, 1] of two outputs over disjoint key sets in their union's output, and
+    the union's LSE [B, H, M], from their LSEs [B, H, M] (one dtype): exp(LSE - the union's), 0
+    on both where neither side has a key."""
+    top = torch.maximum(lse_a, lse_b)
     top = torch.where(top == float("-inf"), torch.zeros_like(top), top)  # both empty: no inf - inf
-    wa, wb = torch.exp(a - top), torch.exp(b - top)
+    wa, wb = torch.exp(lse_a - top), torch.exp(lse_b - top)
     total = wa + wb
     norm = torch.where(total == 0, torch.ones_like(total), total)
     weight = lambda w: (w / norm).transpose(1, 2).unsqueeze(-1)  # [B, H, M] -> [B, M, H, 1]
-    out = out_a.to(acc) * weight(wa) + out_b.to(acc) * weight(wb)
-    return out.to(out_a.dtype), (top + torch.log(total)).to(acc)
+    return weight(wa), weight(wb), top + torch.log(total)
 
 
 def dropout_mask(seed: int, offset: int, batch: int, heads_q: int, seqlen_q: int, seqlen_k: int, p: float) -> Tensor:

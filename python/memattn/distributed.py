@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _ops
-from . import _UNBOUNDED, _window, merge_attention_states
+from . import _UNBOUNDED, _merge_weights, _window
 
 _LAYOUTS = ("zigzag", "contiguous")
 
@@ -183,23 +183,17 @@ def _last_step(layout: str, world: int, chunk: int, left: int, right: int) -> in
 
 def _merge(out: Tensor, lse: Tensor, rows: slice, o: Tensor, l: Tensor, fresh: bool = False) -> None:
     """Folds a partial result (o [B, n, H, Dv], l [B, H, n]) for the rows `rows` into the running
-    (out, lse) accumulators in place, or copies it where `fresh` (nothing folded there yet). The
-    same arithmetic as merge_attention_states in two passes over out instead of six: the ring
-    merges a full shard's output at every step, and at 4 ranks the six passes cost ~8% of the
-    forward (H100, 32k tokens per GPU)."""
+    (out, lse) accumulators in place, or copies it where `fresh` (nothing folded there yet).
+    merge_attention_states' weights (_merge_weights), in two passes over out instead of its six:
+    the ring merges a full shard's output at every step, and at 4 ranks the six passes cost ~8%
+    of the forward (H100, 32k tokens per GPU)."""
     if fresh:
         out[:, rows].copy_(o)
         lse[:, :, rows].copy_(l)
         return
-    a, b = lse[:, :, rows], l.to(lse.dtype)
-    top = torch.maximum(a, b)
-    top = torch.where(top == float("-inf"), torch.zeros_like(top), top)  # both empty: no inf - inf
-    wa, wb = torch.exp(a - top), torch.exp(b - top)
-    total = wa + wb
-    norm = torch.where(total == 0, torch.ones_like(total), total)
-    weight = lambda w: (w / norm).transpose(1, 2).unsqueeze(-1)  # [B, H, n] -> [B, n, H, 1]
-    out[:, rows].mul_(weight(wa)).addcmul_(o, weight(wb))
-    lse[:, :, rows] = top + torch.log(total)
+    weight_out, weight_o, merged = _merge_weights(lse[:, :, rows], l.to(lse.dtype))
+    out[:, rows].mul_(weight_out).addcmul_(o, weight_o)
+    lse[:, :, rows] = merged
 
 
 def _accumulator_dtype(t: Tensor):
