@@ -1,0 +1,33 @@
+// The forward's split keys (src/cuda/key_splits.hpp): into how many parts a query tile's keys go.
+// Host arithmetic only; the split kernels and the combine run in the GPU tests
+// (CudaForwardSplitKeys).
+#include <gtest/gtest.h>
+
+#include "cuda/key_splits.hpp"
+
+namespace memattn::cuda {
+namespace {
+
+// Decoding on an H100 with two CTAs of the 64-row tile per SM (264 at once): 32 query tiles
+// (B 1, 32 heads, or 8 kv heads of 4 packed query heads each with B 4) of 512 key tiles.
+TEST(KeySplits, FillTheResidentCtas) {
+  EXPECT_EQ(plan_key_splits(32, 264, 512), 9);   // 288 CTAs: every slot busy
+  EXPECT_EQ(plan_key_splits(8, 264, 128), 33);   // B 1, 8 kv heads: 264 CTAs of 3-4 key tiles
+  EXPECT_EQ(plan_key_splits(1, 264, 4096), kAutoKeySplits);
+}
+
+TEST(KeySplits, EachPartKeepsKeyTiles) {
+  EXPECT_EQ(plan_key_splits(8, 264, 10), 10 / kMinKeyTilesPerSplit);
+  EXPECT_EQ(plan_key_splits(8, 264, 3), 1);  // one key tile a part: no split
+  EXPECT_EQ(plan_key_splits(8, 264, 0), 1);
+}
+
+TEST(KeySplits, LeavesAFullGpuAlone) {
+  for (const int splits : {plan_key_splits(264, 264, 512), plan_key_splits(2048, 264, 512),
+                           plan_key_splits(0, 264, 512), plan_key_splits(32, 0, 512)}) {
+    EXPECT_EQ(splits, 1);
+  }
+}
+
+}  // namespace
+}  // namespace memattn::cuda
