@@ -461,9 +461,10 @@ Status check_out_lse(const TensorRef& out, const TensorRef& lse, const char* out
   return check_sizes(lse, "lse", "[B, Hq, Mq]", {q.sizes[0], p.heads_q, q.sizes[1]});
 }
 
-// overrides.kernel: empty, or a compiled CUDA row of the call's pass on a call the CUDA backend
-// runs. Whether the row can run this problem is the dispatcher's question (it needs the device).
-Status check_kernel_override(const KernelOverrides& o, cuda::Pass pass, const Problem& p) {
+// overrides.num_splits: 0 to kMaxKeySplits, forward only. overrides.kernel: empty, or a compiled
+// CUDA row of the call's pass on a call the CUDA backend runs. Whether the row can run this
+// problem (or split its keys) is the dispatcher's question (it needs the device).
+Status check_overrides(const KernelOverrides& o, cuda::Pass pass, const Problem& p) {
   if (o.num_splits < 0 || o.num_splits > cuda::kMaxKeySplits)
     return invalid("overrides.num_splits: must be 0 (the dispatcher's choice) or 1 to " +
                    std::to_string(cuda::kMaxKeySplits) + ", got " + std::to_string(o.num_splits));
@@ -551,7 +552,7 @@ Status build_problem(const ForwardArgs& a, Problem* p, Lengths lengths) {
   const std::vector<NamedPointer> ptrs = {{"q", a.q.data},     {"k", a.k.data},     {"v", a.v.data},
                                           {"bias", a.bias.data}, {"out", a.out.data}, {"lse", a.lse.data}};
   if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, lengths, p); !s.ok()) return s;
-  if (Status s = check_kernel_override(a.overrides, cuda::Pass::forward, *p); !s.ok()) return s;
+  if (Status s = check_overrides(a.overrides, cuda::Pass::forward, *p); !s.ok()) return s;
   if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, Lse::optional); !s.ok()) return s;
   if (Status s = check_no_overlap(a.out, "out"); !s.ok()) return s;
   if (a.lse.defined())
@@ -566,7 +567,7 @@ Status build_problem(const BackwardArgs& a, Problem* p, Lengths lengths) {
       {"out", a.out.data},   {"lse", a.lse.data}, {"dout", a.dout.data}, {"dq", a.dq.data},
       {"dk", a.dk.data},     {"dv", a.dv.data}, {"dbias", a.dbias.data}};
   if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, lengths, p); !s.ok()) return s;
-  if (Status s = check_kernel_override(a.overrides, cuda::Pass::backward, *p); !s.ok()) return s;
+  if (Status s = check_overrides(a.overrides, cuda::Pass::backward, *p); !s.ok()) return s;
   if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, Lse::required); !s.ok()) return s;
   if (Status s = check_out_lse(a.dout, TensorRef{}, "dout", a.q, *p, Lse::optional); !s.ok()) return s;
   const struct {
