@@ -94,6 +94,12 @@ SM80_WIDE_TILES = {512: (64, 64, 8)}
 # 130 -> 218, causal 86 -> 216; D = 768 S = 2048 131 -> 188; D = 640 S = 2048 125 -> 148 (a sixth
 # of the columns padding).
 SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
+# The Hopper forward (sm90/fwd/): bucket -> (queries, keys, K/V stages). Q, K and V arrive by TMA
+# into shared-memory rings that a producer warpgroup fills; two consumer warpgroups of 64 query
+# rows each run both GEMMs on wgmma (12 warps). Plain problems with tensors a tensor map describes;
+# one query row per key or fewer (decoding) keeps the sm80 rows, which split the keys.
+SM90_FORWARD_TILES = {64: (128, 128, 3), 128: (128, 128, 2), 256: (128, 64, 2)}
+SM90_FORWARD_WARPS = 12
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200); 128 queries gained nothing.
@@ -212,6 +218,7 @@ class Row:
     min_queries_per_key: int = 0  # chosen only when a key sees this many queries on average
     wide: bool = False  # forward with the output split over the warps along the head dim (wide_fwd_kernel.hpp)
     head_split: int = 1  # wide and one-pass rows: CTAs of a cluster that share the head dim (sm_90)
+    tma: bool = False  # forward: Q, K and V by TMA into rings of a warp-specialised kernel (sm90/fwd/)
     # A smaller tile behind the bucket's default, for GPUs whose shared memory per CTA the default
     # does not fit (SM80_FEATURED_FALLBACK_TILES, SM80_BACKWARD_FUSED_FALLBACK_TILES).
     fallback: bool = False
@@ -230,8 +237,9 @@ class Row:
         bias_tile = "_btile" if self.bias_tile else ""
         paired = "_dpair" if self.dropout_paired else ""
         wide = f"_wide{split}" if self.wide else ""
+        tma = "_tma" if self.tma else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
-                f"w{self.warps}{acc}{math}{wide}{fused}{bias_tile}{paired}_{loads}_{self.features}")
+                f"w{self.warps}{acc}{math}{tma}{wide}{fused}{bias_tile}{paired}_{loads}_{self.features}")
 
     def sort_key(self):
         # Register rows first, the smallest bucket that fits, the newer family; aligned loads before element
@@ -276,6 +284,9 @@ def all_rows():
         for head_dim, (bm, bn, warps) in SM80_WIDE_TILES.items():
             rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             wide=True))
+        for head_dim, (bm, bn, _) in SM90_FORWARD_TILES.items():
+            rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, SM90_FORWARD_WARPS, "registers", "vector16", False,
+                            False, math="wgmma", tma=True, min_queries_per_key=SM80_MANY_QUERIES))
         for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_WGMMA_TILES.items():
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             math="wgmma", wide=True, head_split=ctas))
@@ -340,7 +351,7 @@ def backward_rows():
 def row_kind(r):
     """What makes a row a different kernel (not just another size of one): what `reduced` keeps one of."""
     return (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.fused, r.bias_tile,
-            r.dropout_paired, r.wide, r.head_split, r.loads, r.features)
+            r.dropout_paired, r.wide, r.head_split, r.tma, r.loads, r.features)
 
 
 def catch_all(r):
@@ -371,6 +382,7 @@ def covers(a, b, on_sm90=False):
             # a bias-tile row refuses a bias it cannot tile (only problems with bias have one)
             (not a.bias_tile or b.bias_tile or not b.bias) and
             (not a.atomics or b.atomics) and  # atomics: never with `deterministic`
+            (not a.tma or b.tma) and  # a TMA row refuses tensors no tensor map describes
             a.min_queries_per_key <= b.min_queries_per_key)
 
 
@@ -421,6 +433,9 @@ def template_args(r):
         dq = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {dq_warps}, {loads}>"
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
         return f"{dq}, {dkdv}, {features}"
+    if r.tma:
+        stages = SM90_FORWARD_TILES[r.head_dim][2]
+        return f"sm90::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {stages}>, {features}"
     if r.wide:
         math = ", GemmKind::wgmma" if r.math == "wgmma" else ""
         split = f", {r.head_split}" if r.head_split > 1 or math else ""
@@ -447,7 +462,9 @@ def write_if_changed(path, text):
 def launcher(r):
     """The header that launches a row's kernel, its launch and resource functions, its params type.
     The wide forward and the one-pass backward are kernel templates both families instantiate
-    (src/cuda/common); the others are the sm80 family's."""
+    (src/cuda/common); the TMA forward is the sm90 family's; the others are the sm80 family's."""
+    if r.pass_ == "fwd" and r.tma:
+        return "cuda/sm90/fwd/launch.hpp", "sm90::launch_forward", "sm90::forward_resources", "FwdParams"
     if r.pass_ == "fwd" and r.wide:
         return "cuda/common/wide_fwd_launch.hpp", "launch_forward_wide", "forward_wide_resources", "FwdParams"
     if r.pass_ == "bwd" and r.fused:
@@ -489,7 +506,8 @@ Status {r.name}_resources(KernelResources* r) {{ return {resources}<{template_ar
             f'      {{"{r.name}", Family::sm{r.family}, {CPP_DTYPE[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, '
             f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {8 if r.loads == "vector16" else 1}, '
             f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.bias_tile).lower()}, {str(r.atomics).lower()}, '
-            f'{str(r.fused and r.head_split == 1).lower()}, {str(splits_keys(r)).lower()}, {r.min_queries_per_key}, {i}, '
+            f'{str(r.fused and r.head_split == 1).lower()}, {str(splits_keys(r)).lower()}, {str(r.tma).lower()}, '
+            f'{r.min_queries_per_key}, {i}, '
             f'&generated::{r.name}, &generated::{r.name}_resources}},'
             for i, r in enumerate(x for x in rows if x.pass_ == pass_))
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "cuda/backend.hpp"
+#include "cuda/sm90/tma_map.hpp"
 #include "cuda/workspace.hpp"
 #include "memattn/kernels.hpp"
 
@@ -31,6 +32,7 @@ struct Need {
   // stores (backward).
   bool dbias_stageable = true;
   bool deterministic = false;  // bit-reproducible results asked for (backward)
+  bool tma_loadable = false;   // Q, K and V described by tensor maps (sm90/tma_map.hpp)
   double queries_per_key = 0;  // visible (query, key) pairs per key and head
   int compute_capability;
   int smem_per_block = 0;  // the device's opt-in limit of shared memory per CTA, bytes
@@ -117,8 +119,15 @@ double queries_per_key(const detail::Problem& p) {
   return keys > 0 ? p.visible_pairs() / (keys * double(p.heads_q)) : 0.0;
 }
 
+// Whether a tensor map describes a [B, M, H, D] tensor (its rows as TMA boxes, one head at a time).
+bool tma_loadable(const TensorRef& t) {
+  return sm90::tma_describable({t.data, t.dtype, t.sizes[3], t.sizes[1], t.sizes[2], t.sizes[0], t.strides[1],
+                                t.strides[2], t.strides[0]});
+}
+
 Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
+  n.tma_loadable = tma_loadable(a.q) && tma_loadable(a.k) && tma_loadable(a.v);
   n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
   n.queries_per_key = queries_per_key(p);
   return n;
@@ -166,6 +175,11 @@ bool fits(const Row& k, const Need& n, std::string* why) {
                          "unit key stride and 16-byte aligned rows and pointer");
     });
   if (n.deterministic && k.atomics) return no([] { return std::string("uses atomics (not deterministic)"); });
+  if (k.tma && !n.tma_loadable)
+    return no([] {
+      return std::string("TMA loads need Q, K and V with 16-byte aligned pointers and every stride a nonzero multiple "
+                         "of 16 bytes (no broadcast)");
+    });
   if (n.smem_per_block > 0)
     if (const int bytes = row_smem_bytes(k); bytes > n.smem_per_block)
       return no([&] {
@@ -269,7 +283,7 @@ std::string describe(const KernelRow<Params>& k) {
          ", alignment " +
          to_string(k.alignment) + (k.bias ? ", bias" : "") + (k.bias_tile ? " (shared-memory tile)" : "") +
          (k.dropout ? ", dropout" : "") +
-         (k.atomics ? ", atomics" : "") +
+         (k.atomics ? ", atomics" : "") + (k.tma ? ", TMA loads, warp-specialised" : "") +
          (k.min_queries_per_key > 0 ? ", keys seeing >= " + to_string(k.min_queries_per_key) + " queries" : "") +
          ", priority " + to_string(k.priority) + ")";
 }

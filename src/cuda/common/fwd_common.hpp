@@ -98,19 +98,26 @@ __device__ __forceinline__ int opaque_thread() {
   return t;
 }
 
-// Writes O = 0 and LSE = -inf for rows that see no key at all.
-template <class Traits>
-__device__ void write_empty_rows(const FwdParams& p, const SequenceInfo& seq, int h, std::int64_t m0, int rows) {
-  using Element = typename Traits::Element;
+// Writes O = 0 and LSE = -inf for rows that see no key at all: `threads` threads, this one
+// `thread` of them.
+template <class Element>
+__device__ void write_empty_rows(const FwdParams& p, const SequenceInfo& seq, int h, std::int64_t m0, int rows,
+                                 int thread, int threads) {
   Element* out = static_cast<Element*>(p.out) + seq.batch * p.o_batch_stride + h * p.o_head_stride;
-  for (int e = threadIdx.x; e < rows * p.head_dim_v; e += Traits::kThreads) {
+  for (int e = thread; e < rows * p.head_dim_v; e += threads) {
     const std::int64_t r = m0 + e / p.head_dim_v;
     out[(seq.q_begin + r) * p.o_row_stride + e % p.head_dim_v] = Element(0.0f);
   }
   if (p.lse)
-    for (int r = threadIdx.x; r < rows; r += Traits::kThreads)
+    for (int r = thread; r < rows; r += threads)
       p.lse[seq.batch * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_begin + m0 + r) * p.lse_row_stride] =
           -INFINITY;
+}
+
+// The same by every thread of the CTA.
+template <class Traits>
+__device__ void write_empty_rows(const FwdParams& p, const SequenceInfo& seq, int h, std::int64_t m0, int rows) {
+  write_empty_rows<typename Traits::Element>(p, seq, h, m0, rows, int(threadIdx.x), Traits::kThreads);
 }
 
 }  // namespace memattn::cuda

@@ -18,6 +18,7 @@
 #include "cuda/common/fragments.hpp"
 #include "cuda/common/fwd_common.hpp"
 #include "cuda/common/fwd_params.hpp"
+#include "cuda/common/key_tiles.hpp"
 #include "cuda/common/score_mods.hpp"
 #include "cuda/common/softmax.hpp"
 #include "cuda/common/split_keys.hpp"
@@ -27,13 +28,6 @@
 namespace memattn::cuda::sm80 {
 
 using namespace cute;
-
-// What a key tile of the forward needs (forward_tile walks each kind in a loop of its own): the
-// per-element mask (the tiles at the edges of the window, and past the keys), or none, with the
-// softmax scale applied to the scores first or in the softmax's exp2 FFMA.
-enum class KeyTile { masked, unmasked, unmasked_scale_in_softmax };
-template <KeyTile kKind>
-using KeyTileKind = std::integral_constant<KeyTile, kKind>;
 
 // The register forward's shared memory: Q, K and V tiles (the output tile reuses Q's space in the
 // epilogue), ...

@@ -59,6 +59,19 @@ __device__ __forceinline__ void gmma(const TiledMma& mma, const SmemA& sA, const
   gmma_complete(acc);
 }
 
+// The accumulator of S = Q K^T (a 64 x N wgmma fragment, ((2, 2, N / 8), 1, 1)) reused as the
+// register A operand of O += P V: the two 8-column groups of each 16 keys hold exactly one k-block's
+// A fragment (rows g and g + 8, columns 2t.. and 2t + 8..), so the modes become ((2, 2, 2), 1,
+// N / 16). The values convert to 16 bits in place (convert_fragment) before the view.
+template <class AccLayout>
+__device__ __forceinline__ constexpr auto gmma_acc_as_a_operand(AccLayout acc) {
+  static_assert(decltype(rank<0>(acc))::value == 3 && decltype(size<1>(acc))::value == 1 &&
+                decltype(size<2>(acc))::value == 1);
+  auto groups = logical_divide(coalesce(layout<0, 2>(acc)), cute::Layout<_2>{});  // (2, N / 16)
+  return make_layout(make_layout(layout<0, 0>(acc), layout<0, 1>(acc), layout<0>(groups)), layout<1>(acc),
+                     layout<1>(groups));
+}
+
 // This thread's shared-memory writes (cp.async landed, st.shared) seen by later wgmma reads once
 // a barrier follows.
 __device__ __forceinline__ void publish_smem_writes() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }

@@ -1,0 +1,63 @@
+// The Hopper forward's epilogue, per consumer warpgroup: normalise the output rows, write their
+// LSE, then the output tile through the Q tile's shared memory (its wgmma reads are complete) so
+// that global stores are 16-byte row segments. Each warpgroup writes and stores its own 64 rows
+// (their bytes in the K-major tile are its own), so it waits only for itself (a named barrier of
+// 128 threads). Stores are predicated on the sequence's rows and Dv: the output is written without
+// TMA so that variable-length batches do not overwrite the next sequence's rows.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include <cstdint>
+
+#include "cuda/common/epilogue.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/swizzled_tiles.hpp"
+#include "cuda/common/tile_scheduler.hpp"
+#include "cuda/sm90/fwd/storage.hpp"
+#include "cuda/sm90/gmma.hpp"
+
+namespace memattn::cuda::sm90 {
+
+using namespace cute;
+
+// Named barriers 1 and 2: the consumer warpgroups' own (0 is __syncthreads).
+inline constexpr int kWarpgroupBarrier = 1;
+
+template <class Traits, class AccO, class Softmax>
+__device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorage<Traits>& s, const SequenceInfo& seq,
+                                             int h, std::int64_t m0, int rows, AccO& acc_o, Softmax& softmax,
+                                             int ctid) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim, kWarpgroupRows = 64;
+  typename Traits::MmaO mma_o;
+  auto thr_o = mma_o.get_thread_slice(ctid);
+  Tensor acc_o_rc = rowcol(acc_o);
+  float lse[decltype(size<0>(acc_o_rc))::value];
+  softmax.finalize(acc_o_rc, 1.0f, lse);
+  write_lse(p, seq, h, m0, rows, lse, rowcol(thr_o.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kHeadDim>{})))));
+
+  Tensor sO = make_tensor(make_smem_ptr(s.q), typename Traits::SmemLayoutQ{});
+  using Tiles = SwizzledTiles<Element, Traits::kWarpgroupThreads>;
+  auto r2s = make_tiled_copy_C(typename Tiles::RegToSmemAtom{}, mma_o);
+  auto r2s_thr = r2s.get_thread_slice(ctid);
+  copy(r2s, r2s_thr.retile_S(convert_fragment<Element>(acc_o)), r2s_thr.partition_D(sO));
+  const int wg = ctid / Traits::kWarpgroupThreads;
+  cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, kWarpgroupBarrier + wg);
+
+  const auto tile = make_shape(Int<kWarpgroupRows>{}, Int<kHeadDim>{});
+  const Tensor sO_wg = local_tile(sO, tile, make_coord(wg, 0));
+  const std::int64_t wg_m0 = m0 + wg * kWarpgroupRows;
+  Element* o_ptr = o_at<Element>(p, seq.batch, seq.q_begin + wg_m0, h);
+  Tensor gO = make_tensor(make_gmem_ptr(o_ptr), tile, make_stride(p.o_row_stride, _1{}));
+  typename Tiles::StoreCopy store;
+  auto store_thr = store.get_thread_slice(ctid % Traits::kWarpgroupThreads);
+  store_predicated(store, store_thr.partition_S(sO_wg), store_thr.partition_D(gO),
+                   store_thr.partition_S(make_identity_tensor(tile)), rows - wg * kWarpgroupRows, p.head_dim_v);
+  // The next Q tile arrives by TMA (the async proxy) over what these threads read and wrote.
+  publish_smem_writes();
+}
+
+}  // namespace memattn::cuda::sm90

@@ -1,0 +1,40 @@
+// The Hopper forward (sm_90a), plain problems with D, Dv up to kHeadDim: a persistent,
+// warp-specialised kernel. One CTA per SM walks work items (query tiles, heaviest first under a
+// causal mask: tile_scheduler.hpp) in a grid stride; the producer warpgroup's one thread loads Q,
+// K and V by TMA into shared-memory rings (producer.hpp), the consumer warpgroups compute
+// (mainloop.hpp) and write (epilogue.hpp). Registers move from the producer to the consumers
+// (setmaxnreg; it needs the register cap of __launch_bounds__(threads, 1)).
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "cuda/sm90/fwd/mainloop.hpp"
+#include "cuda/sm90/fwd/params.hpp"
+#include "cuda/sm90/fwd/producer.hpp"
+#include "cuda/sm90/fwd/storage.hpp"
+#include "cuda/sm90/fwd/traits.hpp"
+
+namespace memattn::cuda::sm90 {
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(const __grid_constant__ TmaFwdParams tp) {
+  extern __shared__ __align__(1024) char smem[];
+  auto& s = *reinterpret_cast<FwdSharedStorage<Traits>*>(smem);
+  if (threadIdx.x == 0) {
+    s.q_barriers.init(Traits::kConsumerThreads);
+    s.k_barriers.init(Traits::kConsumerThreads);
+    s.v_barriers.init(Traits::kConsumerThreads);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < Traits::kWarpgroupThreads) {
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
+    if (threadIdx.x == 0) produce<Traits>(tp, s);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
+    consume<Traits>(tp.p, s, int(threadIdx.x) - Traits::kWarpgroupThreads);
+  }
+}
+
+}  // namespace memattn::cuda::sm90

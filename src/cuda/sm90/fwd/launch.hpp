@@ -1,0 +1,59 @@
+// Host side of the Hopper forward: the tensor maps of Q, K and V, the persistent grid (one CTA per
+// SM, at most one per work item), the launch, and the resource report.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/launch.hpp"
+#include "cuda/sm90/fwd/kernel.hpp"
+#include "cuda/sm90/tma_map.hpp"
+#include "memattn/status.hpp"
+
+namespace memattn::cuda::sm90 {
+
+template <class Traits>
+constexpr int kFwdSmemBytes = int(sizeof(FwdSharedStorage<Traits>));
+
+// The maps of Q, K and V as the producer addresses them: (column, row, head, batch), with variable
+// lengths the packed rows of a batch of one.
+template <class Traits>
+Status forward_tensor_maps(const FwdParams& p, TmaFwdParams* tp) {
+  constexpr DType kDType = std::is_same_v<typename Traits::Element, cute::bfloat16_t> ? DType::bf16 : DType::f16;
+  const bool varlen = p.seqstart_q != nullptr;
+  const std::int64_t batch = varlen ? 1 : p.batch;
+  const TmaTensor q{p.q, kDType, p.head_dim, varlen ? p.packed_q : p.seqlen_q, p.heads_q, batch,
+                    p.q_row_stride, p.q_head_stride, p.q_batch_stride};
+  const std::int64_t keys = varlen ? p.packed_k : p.seqlen_k;
+  const TmaTensor k{p.k, kDType, p.head_dim, keys, p.heads_k, batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride};
+  const TmaTensor v{p.v, kDType, p.head_dim_v, keys, p.heads_k, batch, p.v_row_stride, p.v_head_stride,
+                    p.v_batch_stride};
+  if (Status s = make_tma_map(q, Traits::kBlockM, &tp->q); !s.ok()) return s;
+  if (Status s = make_tma_map(k, Traits::kBlockN, &tp->k); !s.ok()) return s;
+  return make_tma_map(v, Traits::kBlockN, &tp->v);
+}
+
+template <class Traits, unsigned kFeatures>
+Status launch_forward(const FwdParams& p, cudaStream_t stream) {
+  static_assert(kFeatures == kPlain, "the Hopper forward takes plain problems");
+  TmaFwdParams tp{};
+  tp.p = p;
+  if (Status s = forward_tensor_maps<Traits>(p, &tp); !s.ok()) return s;
+  int device = 0, sms = 0;
+  if (Status s = cuda_status(cudaGetDevice(&device), "cudaGetDevice"); !s.ok()) return s;
+  if (Status s = cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+      !s.ok())
+    return s;
+  return launch_grid(forward_kernel<Traits>, Traits::kThreads, kFwdSmemBytes<Traits>, p.num_blocks, sms, tp, stream);
+}
+
+template <class Traits, unsigned kFeatures>
+Status forward_resources(KernelResources* r) {
+  return resources(forward_kernel<Traits>, Traits::kThreads, kFwdSmemBytes<Traits>, r);
+}
+
+}  // namespace memattn::cuda::sm90

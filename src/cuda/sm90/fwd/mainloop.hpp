@@ -1,0 +1,138 @@
+// The Hopper forward's consumer warpgroups: for each work item of the CTA (the producer's order),
+// wait for the Q tile, then walk the key tiles last to first as they land: S = Q K^T on wgmma with
+// both operands in shared memory, the K buffer released as soon as the GEMM completes; scale and
+// mask (masked tiles only), the online softmax in registers (softmax.hpp, a quad of lanes per row
+// as in the mma.sync kernels); then O += P V with P converted in registers as the A operand, and
+// the V buffer released. Each warpgroup owns 64 query rows; the epilogue (epilogue.hpp) writes
+// them.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "core/mask.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/key_tiles.hpp"
+#include "cuda/common/score_mods.hpp"
+#include "cuda/common/softmax.hpp"
+#include "cuda/common/tile_scheduler.hpp"
+#include "cuda/sm90/fwd/epilogue.hpp"
+#include "cuda/sm90/fwd/storage.hpp"
+#include "cuda/sm90/gmma.hpp"
+
+namespace memattn::cuda::sm90 {
+
+using namespace cute;
+
+// acc = A B^T over every k-block (the first one overwrites acc), issued by the calling warpgroup;
+// a and b are partitioned fragments (shared-memory descriptors, or registers for a: fenced by the
+// caller). Returns with the MMAs in flight: warpgroup_gemm_done before acc is read.
+template <class TiledMma, class A, class B, class Acc>
+__device__ __forceinline__ void warpgroup_gemm(TiledMma& mma, const A& a, const B& b, Acc& acc, bool overwrite) {
+  warpgroup_fence_operand(acc);
+  warpgroup_arrive();
+  mma.accumulate_ = overwrite ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    cute::gemm(mma, a(_, _, k), b(_, _, k), acc);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+}
+
+template <class Acc>
+__device__ __forceinline__ void warpgroup_gemm_done(Acc& acc) {
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(acc);
+}
+
+// ctid: the thread's index among the consumer threads.
+template <class Traits>
+__device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int ctid) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  const auto tile_s = make_shape(Int<kBlockM>{}, Int<kBlockN>{});
+  const auto tile_o = make_shape(Int<kBlockM>{}, Int<kHeadDim>{});
+  typename Traits::MmaS mma_s;
+  typename Traits::MmaO mma_o;
+  auto thr_s = mma_s.get_thread_slice(ctid);
+  auto thr_o = mma_o.get_thread_slice(ctid);
+  const Tensor sQ = make_tensor(make_smem_ptr(s.q), typename Traits::SmemLayoutQ{});
+  const Tensor tSrQ = thr_s.partition_fragment_A(sQ);                              // descriptors
+  const Tensor tScS = thr_s.partition_C(make_identity_tensor(tile_s));            // (query, key) of each score
+  RingPosition<1> q_at;
+  RingPosition<Traits::kStages> k_at, v_at;
+
+  for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
+    const WorkItem work = decode_work(p, index);
+    const SequenceInfo seq = sequence_info(p, work.b);
+    const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
+    if (m0 >= seq.q_len) continue;
+    const int rows = int(min(std::int64_t(kBlockM), seq.q_len - m0));
+    KeyTiles t;
+    if (!key_tiles<kBlockN>(p, seq, m0, rows, &t)) {  // the producer loads nothing for it either
+      write_empty_rows<Element>(p, seq, work.h, m0, rows, ctid, Traits::kConsumerThreads);
+      continue;
+    }
+    Tensor acc_o = partition_fragment_C(mma_o, tile_o);  // fp32, this warpgroup's 64 rows
+    clear(acc_o);
+    Tensor acc_o_rc = rowcol(acc_o);
+    OnlineSoftmax<decltype(size<0>(acc_o_rc))::value> softmax;
+    softmax.init();
+    const detail::MaskRule rule = mask_rule(p, seq);
+    s.q_barriers.wait(q_at);
+
+    // One key tile, of a kind fixed at compile time (key_tiles.hpp): with
+    // unmasked_scale_in_softmax the scores stay unscaled and the softmax's exp2 FFMA applies the
+    // scale (only with scale > 0, where the unscaled maximum is the scaled one).
+    const auto key_tile = [&](int n, auto kind) __attribute__((always_inline)) {
+      constexpr bool kMasked = decltype(kind)::value == KeyTile::masked;
+      constexpr bool kScaleInSoftmax = decltype(kind)::value == KeyTile::unmasked_scale_in_softmax;
+      Tensor acc_s = partition_fragment_C(mma_s, tile_s);
+      s.k_barriers.wait(k_at);
+      const Tensor sK = make_tensor(make_smem_ptr(s.k[k_at.stage]), typename Traits::SmemLayoutK{});
+      warpgroup_gemm(mma_s, tSrQ, thr_s.partition_fragment_B(sK), acc_s, true);
+      warpgroup_gemm_done(acc_s);
+      s.k_barriers.release(k_at);
+      k_at.advance();
+
+      const TileOrigin origin{work.b, work.h, m0, std::int64_t(n) * kBlockN, seq.q_len, seq.k_len};
+      if constexpr (!kScaleInSoftmax)
+        transform_scores_rows<Element, BiasCode::none>(p, rule, origin, kMasked, acc_s, tScS);
+      Tensor acc_s_rc = rowcol(acc_s);
+      softmax.update(acc_s_rc, acc_o_rc, kScaleInSoftmax ? p.scale_log2 : kLog2e);
+      Tensor p_frag = convert_fragment<Element>(acc_s);
+      Tensor tOrP = make_tensor(p_frag.data(), gmma_acc_as_a_operand(p_frag.layout()));
+      warpgroup_fence_operand(tOrP);
+
+      s.v_barriers.wait(v_at);
+      const Tensor sVt = make_tensor(make_smem_ptr(s.v[v_at.stage]), typename Traits::SmemLayoutVt{});
+      warpgroup_gemm(mma_o, tOrP, thr_o.partition_fragment_B(sVt), acc_o, false);
+      warpgroup_gemm_done(acc_o);
+      s.v_barriers.release(v_at);
+      v_at.advance();
+    };
+    // Last to first: the masked tiles at the right edge of the window (and past the keys), the
+    // unmasked ones, then the masked ones at its left edge. A negative (or zero) scale takes the
+    // unmasked tiles through the second loop.
+    int n = t.last;
+    CUTE_NO_UNROLL
+    for (; n >= t.first && n > t.full_hi; --n) key_tile(n, KeyTileKind<KeyTile::masked>{});
+    if (p.scale_log2 > 0.0f) {
+      CUTE_NO_UNROLL
+      for (; n >= t.first && n >= t.full_lo; --n) key_tile(n, KeyTileKind<KeyTile::unmasked_scale_in_softmax>{});
+    }
+    CUTE_NO_UNROLL
+    for (; n >= t.first && n >= t.full_lo; --n) key_tile(n, KeyTileKind<KeyTile::unmasked>{});
+    CUTE_NO_UNROLL
+    for (; n >= t.first; --n) key_tile(n, KeyTileKind<KeyTile::masked>{});
+
+    write_output<Traits>(p, s, seq, work.h, m0, rows, acc_o, softmax, ctid);
+    s.q_barriers.release(q_at);  // after write_output's last read of the Q tile's space
+    q_at.advance();
+  }
+}
+
+}  // namespace memattn::cuda::sm90

@@ -1,0 +1,18 @@
+// The Hopper forward's parameters: the forward's plain parameters and the tensor maps of Q, K and
+// V that its TMA loads name (tma_map.hpp), built on the host at each launch and passed by value as
+// one __grid_constant__ kernel parameter (a tensor map must sit in parameter, constant or global
+// memory).
+#pragma once
+
+#include <cuda.h>
+
+#include "cuda/common/fwd_params.hpp"
+
+namespace memattn::cuda::sm90 {
+
+struct TmaFwdParams {
+  FwdParams p;
+  CUtensorMap q, k, v;  // 4-d: (head dim, rows, heads, batch); boxes of 64 columns (tma_map.hpp)
+};
+
+}  // namespace memattn::cuda::sm90

@@ -1,0 +1,67 @@
+// The Hopper forward's producer: one thread of the producer warpgroup walks the CTA's work items
+// in the consumers' order (the same decode_work and key_tiles, so both sides agree on every
+// load) and issues the TMA loads: for each query tile that sees a key, its Q tile, then K and V
+// tile by tile, last to first as the consumers walk them. A load waits only for its buffer to be
+// released, so the producer runs up to kStages key tiles ahead, into the next work item while the
+// consumers finish the last one.
+#pragma once
+
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+
+#include <cstdint>
+
+#include "cuda/common/key_tiles.hpp"
+#include "cuda/common/tile_scheduler.hpp"
+#include "cuda/sm90/fwd/params.hpp"
+#include "cuda/sm90/fwd/storage.hpp"
+#include "cuda/sm90/tma_map.hpp"
+
+namespace memattn::cuda::sm90 {
+
+// One tile of kRows rows of one head: its kCols / kTmaBoxCols column boxes, each a column block of
+// the K-major layout (kRows rows of 128 bytes), completing on `full`.
+template <int kRows, int kCols, class Element>
+__device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint64_t* full, Element* dst, int row, int head,
+                                          int batch) {
+  constexpr auto kCacheHint = static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
+  CUTE_UNROLL
+  for (int box = 0; box < kCols / kTmaBoxCols; ++box)
+    cute::SM90_TMA_LOAD_4D::copy(map, full, kCacheHint, dst + box * kRows * kTmaBoxCols, box * kTmaBoxCols, row, head,
+                                 batch);
+}
+
+template <class Traits>
+__device__ void produce(const TmaFwdParams& tp, FwdSharedStorage<Traits>& s) {
+  const FwdParams& p = tp.p;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  cute::prefetch_tma_descriptor(&tp.q);
+  cute::prefetch_tma_descriptor(&tp.k);
+  cute::prefetch_tma_descriptor(&tp.v);
+  RingPosition<1> q_at;
+  RingPosition<Traits::kStages> k_at, v_at;
+  for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
+    const WorkItem work = decode_work(p, index);
+    const SequenceInfo seq = sequence_info(p, work.b);
+    const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
+    if (m0 >= seq.q_len) continue;
+    KeyTiles t;
+    if (!key_tiles<kBlockN>(p, seq, m0, int(min(std::int64_t(kBlockM), seq.q_len - m0)), &t)) continue;
+    const int batch = int(seq.batch);
+    load_tile<kBlockM, kHeadDim>(&tp.q, s.q_barriers.acquire(q_at, Traits::kTileBytesQ), s.q,
+                                 int(seq.q_begin + m0), work.h, batch);
+    q_at.advance();
+    const int hk = work.h / p.group;
+    for (int n = t.last; n >= t.first; --n) {
+      const int row = int(seq.k_begin + std::int64_t(n) * kBlockN);
+      load_tile<kBlockN, kHeadDim>(&tp.k, s.k_barriers.acquire(k_at, Traits::kTileBytesKV), s.k[k_at.stage], row,
+                                   hk, batch);
+      k_at.advance();
+      load_tile<kBlockN, kHeadDim>(&tp.v, s.v_barriers.acquire(v_at, Traits::kTileBytesKV), s.v[v_at.stage], row,
+                                   hk, batch);
+      v_at.advance();
+    }
+  }
+}
+
+}  // namespace memattn::cuda::sm90

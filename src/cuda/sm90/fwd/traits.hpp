@@ -1,0 +1,65 @@
+// Compile-time shape of the Hopper forward (kernel.hpp): roles, tiles, shared-memory layouts and
+// the two warpgroup MMAs.
+//
+// A CTA has a producer warpgroup (one thread of it issues every TMA load) and kConsumerWarpgroups
+// consumer warpgroups of 64 query rows each, so the query tile is 64 * kConsumerWarpgroups rows.
+// Registers move from the producer to the consumers (setmaxnreg): the producer keeps
+// kProducerRegisters per thread, each consumer kConsumerRegisters, which holds the fp32 output
+// (kHeadDim / 2 per thread), one fp32 score tile (kBlockN / 2) and its 16-bit copy as the A
+// operand of P V.
+//
+// Shared memory: the Q tile (the output tile too, in the epilogue) and kStages buffers each of K
+// and V, in the GMMA K-major 128-byte-swizzled layout that the TMA boxes fill (tma_map.hpp). S =
+// Q K^T reads both operands from shared memory; O += P V takes P from registers and reads V with
+// the head dim contiguous (MN-major).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/sm90/gmma.hpp"
+#include "cuda/sm90/tma_map.hpp"
+
+namespace memattn::cuda::sm90 {
+
+using namespace cute;
+
+template <class Element_, int kHeadDim_, int kBlockN_, int kStages_>
+struct FwdTraits {
+  using Element = Element_;
+  static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
+  static constexpr int kHeadDim = kHeadDim_;  // D and Dv both up to this; the rest arrives as zeros
+  static constexpr int kBlockN = kBlockN_;    // keys per tile
+  static constexpr int kStages = kStages_;    // K and V buffers each
+  static_assert(kHeadDim % kTmaBoxCols == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
+
+  static constexpr int kWarpgroupThreads = 128;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kBlockM = 64 * kConsumerWarpgroups;  // queries per CTA
+  static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
+  static constexpr int kThreads = kWarpgroupThreads + kConsumerThreads;  // the producer warpgroup first
+  // 24 x 128 + 240 x 256 = 64512 of the SM's 65536 registers.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+
+  using SmemLayoutQ = KMajorTile<Element, kBlockM, kHeadDim>;
+  using SmemLayoutK = KMajorTile<Element, kBlockN, kHeadDim>;
+  using SmemLayoutVt = TransposedTile<Element, kHeadDim, kBlockN>;  // V's bytes as P V's B operand
+  static constexpr int kTileElemsQ = kBlockM * kHeadDim;
+  static constexpr int kTileElemsKV = kBlockN * kHeadDim;
+  static constexpr std::uint32_t kTileBytesQ = kTileElemsQ * sizeof(Element);
+  static constexpr std::uint32_t kTileBytesKV = kTileElemsKV * sizeof(Element);
+
+  // Each consumer warpgroup one 64-row atom; the warpgroups stacked along the queries.
+  using WarpgroupsAlongM = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
+  using MmaS = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(), WarpgroupsAlongM{}));
+  using MmaO = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      WarpgroupsAlongM{}));
+};
+
+}  // namespace memattn::cuda::sm90
