@@ -39,7 +39,7 @@ __device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorag
   softmax.finalize(acc_o_rc, 1.0f, lse);
   write_lse(p, seq, h, m0, rows, lse, rowcol(thr_o.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kHeadDim>{})))));
 
-  Tensor sO = make_tensor(make_smem_ptr(s.q), typename Traits::SmemLayoutQ{});
+  Tensor sO = cute::make_tensor(make_smem_ptr(s.q), typename Traits::SmemLayoutQ{});
   using Tiles = SwizzledTiles<Element, Traits::kWarpgroupThreads>;
   auto r2s = make_tiled_copy_C(typename Tiles::RegToSmemAtom{}, mma_o);
   auto r2s_thr = r2s.get_thread_slice(ctid);
@@ -51,7 +51,7 @@ __device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorag
   const Tensor sO_wg = local_tile(sO, tile, make_coord(wg, 0));
   const std::int64_t wg_m0 = m0 + wg * kWarpgroupRows;
   Element* o_ptr = o_at<Element>(p, seq.batch, seq.q_begin + wg_m0, h);
-  Tensor gO = make_tensor(make_gmem_ptr(o_ptr), tile, make_stride(p.o_row_stride, _1{}));
+  Tensor gO = cute::make_tensor(make_gmem_ptr(o_ptr), tile, make_stride(p.o_row_stride, _1{}));
   typename Tiles::StoreCopy store;
   auto store_thr = store.get_thread_slice(ctid % Traits::kWarpgroupThreads);
   store_predicated(store, store_thr.partition_S(sO_wg), store_thr.partition_D(gO),
