@@ -1,6 +1,6 @@
 // The Hopper forward's epilogue, per consumer warpgroup: normalise the output rows, write their
-// LSE, then the output tile through the Q tile's shared memory (its wgmma reads are complete) so
-// that global stores are 16-byte row segments. Each warpgroup writes and stores its own 64 rows
+// LSE, then the output tile through shared memory (storage.hpp: its own, or the Q tile's once its
+// wgmma reads are complete) so that global stores are 16-byte row segments. Each warpgroup writes and stores its own 64 rows
 // (their bytes in the K-major tile are its own), so it waits only for itself (a named barrier of
 // 128 threads). Stores are predicated on the sequence's rows and Dv: the output is written without
 // TMA so that variable-length batches do not overwrite the next sequence's rows.
@@ -39,7 +39,9 @@ __device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorag
   softmax.finalize(acc_o_rc, 1.0f, lse);
   write_lse(p, seq, h, m0, rows, lse, rowcol(thr_o.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kHeadDim>{})))));
 
-  Tensor sO = cute::make_tensor(make_smem_ptr(s.q), typename Traits::SmemLayoutQ{});
+  // The last reads of this warpgroup's rows of the output tile (the previous work item's stores)
+  // are behind it: every thread of the warpgroup has issued this item's wgmma since.
+  Tensor sO = cute::make_tensor(make_smem_ptr(s.output()), typename Traits::SmemLayoutQ{});
   using Tiles = SwizzledTiles<Element, Traits::kWarpgroupThreads>;
   auto r2s = make_tiled_copy_C(typename Tiles::RegToSmemAtom{}, mma_o);
   auto r2s_thr = r2s.get_thread_slice(ctid);
@@ -56,8 +58,9 @@ __device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorag
   auto store_thr = store.get_thread_slice(ctid % Traits::kWarpgroupThreads);
   store_predicated(store, store_thr.partition_S(sO_wg), store_thr.partition_D(gO),
                    store_thr.partition_S(make_identity_tensor(tile)), rows - wg * kWarpgroupRows, p.head_dim_v);
-  // The next Q tile arrives by TMA (the async proxy) over what these threads read and wrote.
-  publish_smem_writes();
+  // Where the output shares the Q tile's space, the next Q tile arrives by TMA (the async proxy)
+  // over what these threads read and wrote.
+  if constexpr (!kSeparateOutput<Traits>) publish_smem_writes();
 }
 
 }  // namespace memattn::cuda::sm90

@@ -166,12 +166,14 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
     for (; n >= t.first && n >= t.full_lo; --n) key_tile(n, KeyTileKind<KeyTile::unmasked>{}, Next{});
     CUTE_NO_UNROLL
     for (; n >= t.first; --n) key_tile(n, KeyTileKind<KeyTile::masked>{}, Next{});
+    // Every S GEMM is done: with its own output tile, the next work item's Q may load now.
+    if constexpr (kSeparateOutput<Traits>) s.q_barriers.release(q_at);
     issue_pv(v_operand());  // the last tile's
     warpgroup_wait<0>();
     pv_done();
 
     write_output<Traits>(p, s, seq, work.h, m0, rows, acc_o, softmax, ctid);
-    s.q_barriers.release(q_at);  // after write_output's last read of the Q tile's space
+    if constexpr (!kSeparateOutput<Traits>) s.q_barriers.release(q_at);  // after the epilogue's use of its space
     q_at.advance();
   }
 }

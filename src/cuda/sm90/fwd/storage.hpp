@@ -1,21 +1,44 @@
-// The Hopper forward's shared memory: the Q tile (the output tile too, in the epilogue), the K
-// and V rings, and their barriers. Every tile starts at a 1024-byte boundary, the period of the
-// 128-byte swizzle that TMA writes and wgmma reads.
+// The Hopper forward's shared memory: the Q tile, the K and V rings, the output tile, and their
+// barriers. Every tile starts at a 1024-byte boundary, the period of the 128-byte swizzle that TMA
+// writes and wgmma reads.
+//
+// The output tile has its own space where the SM's 227 KB allow it (kSeparateOutput): then the Q
+// tile is released as soon as the work item's last S GEMM completes, and the next item's Q and
+// first K/V tiles load during its last P V and its epilogue. Otherwise (D = 256) the output goes
+// through the Q tile's space and Q is released after the epilogue.
 #pragma once
+
+#include <cstddef>
 
 #include "cuda/sm90/fwd/pipeline.hpp"
 
 namespace memattn::cuda::sm90 {
 
 template <class Traits>
-struct FwdSharedStorage {
+struct FwdTiles {
   using Element = typename Traits::Element;
   alignas(1024) Element q[Traits::kTileElemsQ];
   alignas(1024) Element k[Traits::kStages][Traits::kTileElemsKV];
   alignas(1024) Element v[Traits::kStages][Traits::kTileElemsKV];
-  RingBarriers<1> q_barriers;  // a ring of one: the Q tile is loaded again once the epilogue is done with it
+  RingBarriers<1> q_barriers;  // a ring of one: the next Q tile loads once this one is released
   RingBarriers<Traits::kStages> k_barriers;
   RingBarriers<Traits::kStages> v_barriers;
+};
+
+inline constexpr std::size_t kSmemPerCta = 227 * 1024;
+
+template <class Traits>
+inline constexpr bool kSeparateOutput =
+    sizeof(FwdTiles<Traits>) + Traits::kTileElemsQ * sizeof(typename Traits::Element) + 1024 <= kSmemPerCta;
+
+template <class Traits, bool = kSeparateOutput<Traits>>
+struct FwdSharedStorage : FwdTiles<Traits> {
+  __device__ typename Traits::Element* output() { return this->q; }
+};
+template <class Traits>
+struct FwdSharedStorage<Traits, true> : FwdTiles<Traits> {
+  alignas(1024) typename Traits::Element o[Traits::kTileElemsQ];
+  __device__ typename Traits::Element* output() { return o; }
 };
 
 }  // namespace memattn::cuda::sm90
