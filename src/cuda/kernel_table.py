@@ -94,11 +94,21 @@ SM80_WIDE_TILES = {512: (64, 64, 8)}
 # 130 -> 218, causal 86 -> 216; D = 768 S = 2048 131 -> 188; D = 640 S = 2048 125 -> 148 (a sixth
 # of the columns padding).
 SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
-# The Hopper forward (sm90/fwd/): bucket -> (queries, keys, K/V stages). Q, K and V arrive by TMA
-# into shared-memory rings that a producer warpgroup fills; two consumer warpgroups of 64 query
-# rows each run both GEMMs on wgmma (12 warps). Plain problems with tensors a tensor map describes;
-# one query row per key or fewer (decoding) keeps the sm80 rows, which split the keys.
-SM90_FORWARD_TILES = {64: (128, 128, 3), 128: (128, 128, 2), 256: (128, 64, 2)}
+# The Hopper forward (sm90/fwd/): (bucket, queries, keys, K/V stages, consumer schedule, min queries
+# per key). Q, K and V arrive by TMA into shared-memory rings that a producer warpgroup fills; two
+# consumer warpgroups of 64 query rows each run both GEMMs on wgmma (12 warps). Plain problems with
+# tensors a tensor map describes; one query row per key or fewer (decoding) keeps the sm80 rows,
+# which split the keys. H100, bf16, memattn run, TFLOP/s:
+# - Ping-pong (the warpgroups take turns at the tensor cores) pays where the softmax is as long as
+#   the GEMMs: independent -> ping-pong, D = 64 S = 8192 405 -> 434, S = 2048 355 -> 379, causal
+#   361 -> 380; but D = 128 S = 8192 696 -> 662, causal 592 -> 549, D = 256 752 -> 693 (each
+#   warpgroup's P V already runs under its own softmax).
+# - D = 64 with 192 keys per tile (fewer barriers and row reductions per FLOP): S = 8192 434 -> 468,
+#   causal 380 -> 409, S = 2048 379 -> 389; but S = 512 275 -> 257, causal 176 -> 148 (512 keys are
+#   2.7 tiles of 192): 192 keys from 1024 queries per key on, 128 below.
+SM90_FORWARD_TILES = [(64, 128, 192, 3, "ping_pong", 1024), (64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
+                      (128, 128, 128, 2, "independent", SM80_MANY_QUERIES),
+                      (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
 SM90_FORWARD_WARPS = 12
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
@@ -284,9 +294,9 @@ def all_rows():
         for head_dim, (bm, bn, warps) in SM80_WIDE_TILES.items():
             rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             wide=True))
-        for head_dim, (bm, bn, _) in SM90_FORWARD_TILES.items():
+        for head_dim, bm, bn, _, _, min_queries in SM90_FORWARD_TILES:
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, SM90_FORWARD_WARPS, "registers", "vector16", False,
-                            False, math="wgmma", tma=True, min_queries_per_key=SM80_MANY_QUERIES))
+                            False, math="wgmma", tma=True, min_queries_per_key=min_queries))
         for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_WGMMA_TILES.items():
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             math="wgmma", wide=True, head_split=ctas))
@@ -434,8 +444,9 @@ def template_args(r):
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
         return f"{dq}, {dkdv}, {features}"
     if r.tma:
-        stages = SM90_FORWARD_TILES[r.head_dim][2]
-        return f"sm90::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {stages}>, {features}"
+        stages, schedule = next((t[3], t[4]) for t in SM90_FORWARD_TILES if t[0] == r.head_dim and t[2] == r.block_n)
+        return (f"sm90::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {stages}, "
+                f"sm90::ConsumerSchedule::{schedule}>, {features}")
     if r.wide:
         math = ", GemmKind::wgmma" if r.math == "wgmma" else ""
         split = f", {r.head_split}" if r.head_split > 1 or math else ""

@@ -21,6 +21,7 @@
 #include "cuda/common/tile_scheduler.hpp"
 #include "cuda/sm90/fwd/epilogue.hpp"
 #include "cuda/sm90/fwd/storage.hpp"
+#include "cuda/sm90/fwd/traits.hpp"
 #include "cuda/sm90/gmma.hpp"
 
 namespace memattn::cuda::sm90 {
@@ -49,6 +50,30 @@ __device__ __forceinline__ void warpgroup_gemm_done(Acc& acc) {
   warpgroup_fence_operand(acc);
 }
 
+// Ping-pong between the two consumer warpgroups (ConsumerSchedule::ping_pong): each issues its
+// GEMMs only in its turn and hands the turn over once they are issued, so that one warpgroup's
+// softmax runs while the other's GEMMs hold the tensor cores (instead of both contending for them,
+// then both exponentiating). Turn barrier w (a named barrier of both warpgroups' threads) opens
+// when the other warpgroup has passed the turn to w; warpgroup 1 passes first, so warpgroup 0
+// starts. Both walk the same work items and key tiles, so the turns alternate without end. With
+// ConsumerSchedule::independent the turns are no-ops.
+template <ConsumerSchedule kSchedule>
+struct GemmTurns {
+  static constexpr bool kPingPong = kSchedule == ConsumerSchedule::ping_pong;
+  static constexpr int kBarrier = kWarpgroupBarrier + 2;  // after the epilogue's two
+  static constexpr int kThreads = 2 * 128;
+  int warpgroup;
+  __device__ __forceinline__ void start() const {
+    if (kPingPong && warpgroup == 1) pass();
+  }
+  __device__ __forceinline__ void wait() const {
+    if constexpr (kPingPong) cutlass::arch::NamedBarrier::sync(kThreads, kBarrier + warpgroup);
+  }
+  __device__ __forceinline__ void pass() const {
+    if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(kThreads, kBarrier + (warpgroup ^ 1));
+  }
+};
+
 // ctid: the thread's index among the consumer threads.
 template <class Traits>
 __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int ctid) {
@@ -65,6 +90,9 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
   const Tensor tScS = thr_s.partition_C(make_identity_tensor(tile_s));            // (query, key) of each score
   RingPosition<1> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
+  static_assert(Traits::kConsumerWarpgroups == 2);
+  const GemmTurns<Traits::kSchedule> turns{ctid / Traits::kWarpgroupThreads};
+  turns.start();
 
   for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
     const WorkItem work = decode_work(p, index);
@@ -122,11 +150,14 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
       const Tensor tSrK = thr_s.partition_fragment_B(sK);
       const Tensor tOrV = v_operand();
       s.k_barriers.wait(k_at);
+      turns.wait();
       warpgroup_gemm(mma_s, tSrQ, tSrK, acc_s, true);
       if constexpr (kFirst) {
+        turns.pass();
         warpgroup_wait<0>();
       } else {
         issue_pv(tOrV);
+        turns.pass();
         warpgroup_wait<1>();  // S(n): the older of the two groups
       }
       warpgroup_fence_operand(acc_s);
@@ -168,7 +199,9 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
     for (; n >= t.first; --n) key_tile(n, KeyTileKind<KeyTile::masked>{}, Next{});
     // Every S GEMM is done: with its own output tile, the next work item's Q may load now.
     if constexpr (kSeparateOutput<Traits>) s.q_barriers.release(q_at);
+    turns.wait();
     issue_pv(v_operand());  // the last tile's
+    turns.pass();
     warpgroup_wait<0>();
     pv_done();
 

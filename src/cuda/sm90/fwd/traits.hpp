@@ -26,13 +26,18 @@ namespace memattn::cuda::sm90 {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_, int kBlockN_, int kStages_>
+// How the two consumer warpgroups share the tensor cores: each issues its GEMMs when ready
+// (independent), or they take turns (ping_pong, mainloop.hpp's GemmTurns).
+enum class ConsumerSchedule { independent, ping_pong };
+
+template <class Element_, int kHeadDim_, int kBlockN_, int kStages_, ConsumerSchedule kSchedule_>
 struct FwdTraits {
   using Element = Element_;
   static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
   static constexpr int kHeadDim = kHeadDim_;  // D and Dv both up to this; the rest arrives as zeros
   static constexpr int kBlockN = kBlockN_;    // keys per tile
   static constexpr int kStages = kStages_;    // K and V buffers each
+  static constexpr ConsumerSchedule kSchedule = kSchedule_;
   static_assert(kHeadDim % kTmaBoxCols == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
 
   static constexpr int kWarpgroupThreads = 128;
