@@ -5,6 +5,9 @@
 # poisoned); the three sanitizers on two rows; then the suite's forward shapes, each row against
 # the sm80 row of its bucket (`memattn run`, median of ITERS). Logs to $OUT.
 #   scripts/device_sm90_forward.sh            (STEPS="build test sanitize ab" by default)
+# EXTRA_ROWS (a regular expression) adds rows to the build, PYTHON=ON the Python module (for
+# bench/bench.py with PYTHONPATH=$BUILD_DIR/python); the test step then also runs every compiled
+# row through test_cuda_rows.
 set -uo pipefail
 out=${OUT:-/tmp/memattn-sm90}
 build=${BUILD_DIR:-/tmp/build-sm90}
@@ -19,11 +22,11 @@ tma_rows=(fwd_sm90_{bf16,fp16}_d{64_m128n192,64_m128n128,128_m128n128,256_m128n6
 sm80_rows=(fwd_sm80_bf16_d{64,128}_m128n64w4_vec_plain fwd_sm80_bf16_d256_m128n64w8_vec_plain)
 
 if has build; then
-  filter="fwd_sm90_.*_tma_|_d65536_|^($(IFS='|'; echo "${sm80_rows[*]}"))\$"
+  filter="fwd_sm90_.*_tma_|_d65536_|^($(IFS='|'; echo "${sm80_rows[*]}"))\$${EXTRA_ROWS:+|$EXTRA_ROWS}"
   start=$SECONDS
   {
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_ENABLE_CUDA=ON -DMEMATTN_DEPS_DIR="$PWD/.deps" \
-      -DMEMATTN_KERNEL_FILTER="$filter" -DMEMATTN_SM80_SASS=90 -DMEMATTN_SM80_PTX=OFF -DMEMATTN_BUILD_PYTHON=OFF &&
+      -DMEMATTN_KERNEL_FILTER="$filter" -DMEMATTN_SM80_SASS=90 -DMEMATTN_SM80_PTX=OFF -DMEMATTN_BUILD_PYTHON="${PYTHON:-OFF}" &&
       cmake --build "$build" -j "$(nproc)"
   } >"$out/build.log" 2>&1
   rc=$?
@@ -45,8 +48,9 @@ cases_for() {  # cases_for ROW
 
 if has test; then
   : >"$out/tests.log"
-  timeout 120 "$build/tests/test_cuda_rows" --gtest_filter='*_tma_*' >>"$out/tests.log" 2>&1
-  note "test_cuda_rows [*_tma_*]: exit $? — $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$out/tests.log" | tail -n 1)"
+  rows_filter=$([[ -n ${EXTRA_ROWS:-} ]] && echo '*' || echo '*_tma_*')
+  timeout 300 "$build/tests/test_cuda_rows" --gtest_filter="$rows_filter" >>"$out/tests.log" 2>&1
+  note "test_cuda_rows [$rows_filter]: exit $? — $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$out/tests.log" | tail -n 1)"
   for row in "${tma_rows[@]}"; do
     timeout 120 scripts/forced_row_tests.sh "$row" "$(cases_for "$row")" "$build" >>"$out/tests.log" 2>&1
     note "forced $row: exit $? — $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$out/tests.log" | tail -n 1)"
