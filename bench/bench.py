@@ -10,6 +10,9 @@ when the package is importable; a pass it cannot run yet prints "—".
 
 FLOPs: forward 4*B*H*S*S*D (halved when causal), backward 2.5x forward.
 
+Then the end-to-end row (train_step.py): one training step of a decoder stack with each
+implementation's attention.
+
 Writes <out>/bench.md (tables) and <out>/bench.json (every number).
 """
 import argparse
@@ -132,6 +135,8 @@ def main():
     ap.add_argument("--commit", default=os.environ.get("MEMATTN_COMMIT", "unknown"))
     ap.add_argument("--only", default="", help="comma-separated row indices to run (debugging)")
     ap.add_argument("--passes", default="fwd,bwd", help="which passes to time: fwd, bwd or both")
+    ap.add_argument("--train-iters", type=int, default=10,
+                    help="steps timed in the end-to-end row (train_step.py); 0 leaves it out")
     args = ap.parse_args()
 
     impls = [("memattn", memattn_attend())] + [(name, sdpa(backend)) for name, backend in PEERS]
@@ -188,11 +193,16 @@ def main():
             cells += [fmt(r[n][f"{pass_}_ms"], 3) for n in names]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    train = None
+    if args.train_iters > 0 and not args.only:
+        import train_step
+        train = train_step.run(args.train_iters)
+        lines += ["## End-to-end (one training step)", "", train_step.markdown(train), ""]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump(dict(meta=meta, results=results), f, indent=1)
+        json.dump(dict(meta=meta, results=results, train_step=train), f, indent=1)
     print("\n".join(lines))
     return 0
 

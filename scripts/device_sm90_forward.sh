@@ -61,6 +61,12 @@ if has test; then
     note "${t%%:*} (the dispatcher's choice): exit $? — $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$out/tests.log" | tail -n 1)"
   done
   grep -E '^\[  FAILED  \] [A-Z]' "$out/tests.log" | sort -u | head -n 30 | tee -a "$summary"
+  # The CLI's --verify (float64 reference) per feature, the D = 128 row forced.
+  for features in "" "--causal" "--window-left 100 --window-right 20" "--varlen 100,7,513" "--heads-k 2 --causal"; do
+    "$build/bin/memattn" run --backend cuda --pass fwd --dtype bf16 --batch 2 --seqlen-q 300 --heads-q 4 \
+      --head-dim 128 --kernel fwd_sm90_bf16_d128_m128n128w12_wgmma_tma_vec_plain --verify $features >"$out/run.log" 2>&1
+    note "memattn run --verify ${features:-(plain)}: exit $? — $(grep -E '^result|^error' "$out/run.log" | head -n 1)"
+  done
 fi
 
 if has sanitize; then
