@@ -1,14 +1,18 @@
 // The CUDA forward against the float64 reference on every feature case (DESIGN.md §3), plus the
 // sizes that stress indexing: batch x heads above 65535, and a sequence past 65536 keys with a
-// dense bias whose offsets pass 2^31 (a 2^31-element bias, 4.3 GB). Skipped without a GPU.
+// dense bias whose offsets pass 2^31 (a 2^31-element bias, 4.3 GB); which tensors the Hopper TMA
+// rows take. Skipped without a GPU.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "memattn/attention.hpp"
+#include "memattn/kernels.hpp"
 #include "support/cases.hpp"
 #include "support/check.hpp"
 #include "support/dropout_masks.hpp"
@@ -151,6 +155,47 @@ TEST(CudaForwardSplitKeys, EveryPartCountMatchesReference) {
     }
   }
   if (split == 0) std::printf("note: no problem's row splits keys in this build (no sm80 register rows for them)\n");
+}
+
+// The Hopper rows (TMA loads) on an sm_90 GPU: the dispatcher picks one for a plain aligned problem
+// whose keys see many queries, and passes over it for K/V broadcast over the batch (a stride of 0
+// no tensor map describes), which then runs on another row; forced, the row refuses it before any
+// launch, saying why. Skipped where the build has no such row or the GPU is not an sm_90.
+TEST(CudaForwardHopper, TmaRowsTakeWhatTensorMapsDescribe) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major * 10 + minor != 90) GTEST_SKIP() << "not an sm_90 GPU";
+  const std::string row = "fwd_sm90_bf16_d128_m128n128w12_wgmma_tma_vec_plain";
+  const std::vector<KernelInfo> rows = list_kernels();
+  if (std::none_of(rows.begin(), rows.end(), [&](const KernelInfo& k) { return k.name == row; }))
+    GTEST_SKIP() << row << " is not in this build";
+  tools::ProblemSpec s;
+  s.batch = 2;
+  s.seqlen_q = s.seqlen_k = 300;
+  s.heads_q = s.heads_k = 4;
+  s.head_dim = s.head_dim_v = 128;
+  s.mask = Mask::causal();
+  s.dtype = DType::bf16;
+  s.backend = Backend::cuda;
+  const auto plan = [](const tools::ProblemSpec& spec, std::string* text) {
+    tools::Workload w(spec);
+    EXPECT_TRUE(w.to_device().ok());
+    return describe_plan(w.forward_args(), text);
+  };
+  std::string text;
+  ASSERT_TRUE(plan(s, &text).ok());
+  EXPECT_NE(text.find("TMA loads"), std::string::npos) << text;
+  s.kv_broadcast_batch = true;
+  ASSERT_TRUE(plan(s, &text).ok());
+  EXPECT_EQ(text.find("TMA loads"), std::string::npos) << text;
+  check_case(s, {false});
+  s.forward_overrides.kernel = row;
+  const Status forced = plan(s, &text);
+  EXPECT_EQ(forced.code(), StatusCode::invalid_argument) << forced.to_string();
+  EXPECT_NE(forced.message().find("TMA loads need"), std::string::npos) << forced.message();
 }
 
 TEST(CudaForwardSizes, LongSequenceWithDenseBiasNeedsInt64Offsets) {
