@@ -177,8 +177,8 @@ bool fits(const Row& k, const Need& n, std::string* why) {
   if (n.deterministic && k.atomics) return no([] { return std::string("uses atomics (not deterministic)"); });
   if (k.tma && !n.tma_loadable)
     return no([] {
-      return std::string("TMA loads need Q, K and V with 16-byte aligned pointers and every stride a nonzero multiple "
-                         "of 16 bytes (no broadcast)");
+      return std::string("TMA loads need Q, K and V with 16-byte aligned pointers and rows, and every stride a nonzero "
+                         "multiple of 16 bytes (no broadcast)");
     });
   if (n.smem_per_block > 0)
     if (const int bytes = row_smem_bytes(k); bytes > n.smem_per_block)

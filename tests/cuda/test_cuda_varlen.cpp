@@ -187,5 +187,48 @@ TEST_F(CudaVarlenBounds, MalformedValuesStayInBounds) {
   }
 }
 
+// Keys past a sequence's used ones (seqused_k) are seen by nothing, whatever they hold: a TMA box
+// (the Hopper rows) stops only at the tensor's end and brings them into the sequence's last key
+// tile. With NaN in those V rows the output equals, bit for bit, the output with finite values
+// there, and has no NaN (the dispatcher's row for the problem: on an H100 the Hopper row).
+TEST(CudaVarlen, UnusedKeysHoldingNaNAreNotSeen) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  tools::ProblemSpec s;
+  s.varlen_q = {200, 150};
+  s.varlen_k = {300, 260};
+  s.seqused_k = {230, 100};  // 70 and 160 unused rows: inside the last key tile and past it
+  s.heads_q = 4;
+  s.heads_k = 2;
+  s.head_dim = s.head_dim_v = 128;
+  s.dtype = DType::bf16;
+  s.backend = Backend::cuda;
+  tools::Workload w(s);
+  w.fill_inputs(next_seed());
+  ASSERT_TRUE(w.to_device().ok());
+  const auto run = [&] {
+    w.poison_outputs();
+    const Status st = forward(w.forward_args());
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(w.copy_outputs_to_host().ok());
+    return w.to_double(tools::Tensor::out);
+  };
+  const std::vector<double> finite = run();
+  std::vector<double> v = w.to_double(tools::Tensor::v);  // [1, packed keys, Hk, Dv]
+  const std::int64_t row_elems = s.heads_k * s.head_dim_v;
+  std::int64_t start = 0;
+  for (std::size_t b = 0; b < s.varlen_k.size(); ++b) {
+    for (std::int64_t e = (start + s.seqused_k[b]) * row_elems; e < (start + s.varlen_k[b]) * row_elems; ++e)
+      v[std::size_t(e)] = std::numeric_limits<double>::quiet_NaN();
+    start += s.varlen_k[b];
+  }
+  w.set_values(tools::Tensor::v, v);
+  ASSERT_TRUE(w.copy_inputs_to_device().ok());
+  const std::vector<double> with_nan = run();
+  ASSERT_EQ(finite.size(), with_nan.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < finite.size(); ++i) differ += !(finite[i] == with_nan[i]);
+  EXPECT_EQ(differ, 0u) << "of " << finite.size() << " output elements";
+}
+
 }  // namespace
 }  // namespace memattn::testing

@@ -26,9 +26,10 @@ struct TmaTensor {
   std::int64_t row_stride, head_stride, batch_stride;  // elements
 };
 
-// Whether a map can describe the tensor: a 16-byte aligned pointer; every stride of a dimension
-// with more than one element a nonzero multiple of 16 bytes below 2^40 (a broadcast stride of 0
-// cannot be described); sizes the 32-bit box coordinates reach.
+// Whether a map can describe the tensor: 16-bit elements; a 16-byte aligned pointer; rows of a
+// multiple of 16 bytes; every stride of a dimension with more than one element a nonzero multiple
+// of 16 bytes below 2^40 (a broadcast stride of 0 cannot be described); sizes the 32-bit box
+// coordinates reach.
 bool tma_describable(const TmaTensor& t);
 
 // The map of `t` with boxes of kTmaBoxCols x box_rows (box_rows <= 256).

@@ -2,8 +2,8 @@
 // in the consumers' order (the same decode_work and key_tiles, so both sides agree on every
 // load) and issues the TMA loads: for each query tile that sees a key, its Q tile, then K and V
 // tile by tile, last to first as the consumers walk them. A load waits only for its buffer to be
-// released, so the producer runs up to kStages key tiles ahead, into the next work item while the
-// consumers finish the last one.
+// released, so the producer runs up to kStages key tiles ahead; the next work item's loads start
+// once its Q tile's buffer is free (storage.hpp: after the last S GEMM, or after the epilogue).
 #pragma once
 
 #include <cute/arch/copy_sm90_desc.hpp>

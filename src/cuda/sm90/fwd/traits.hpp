@@ -8,8 +8,8 @@
 // (kHeadDim / 2 per thread), one fp32 score tile (kBlockN / 2) and its 16-bit copy as the A
 // operand of P V.
 //
-// Shared memory: the Q tile (the output tile too, in the epilogue) and kStages buffers each of K
-// and V, in the GMMA K-major 128-byte-swizzled layout that the TMA boxes fill (tma_map.hpp). S =
+// Shared memory (storage.hpp): the Q tile, kStages buffers each of K and V and the output tile,
+// in the GMMA K-major 128-byte-swizzled layout that the TMA boxes fill (tma_map.hpp). S =
 // Q K^T reads both operands from shared memory; O += P V takes P from registers and reads V with
 // the head dim contiguous (MN-major).
 #pragma once
@@ -42,7 +42,8 @@ struct FwdTraits {
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kConsumerWarpgroups = 2;
-  static constexpr int kBlockM = 64 * kConsumerWarpgroups;  // queries per CTA
+  static constexpr int kBlockM = 64 * kConsumerWarpgroups;  // queries per CTA (the kernel table's block_m)
+  static_assert(kBlockM == 128, "kernel_table.py's SM90_FORWARD_TILES gives 128 query rows");
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
   static constexpr int kThreads = kWarpgroupThreads + kConsumerThreads;  // the producer warpgroup first
   // 24 x 128 + 240 x 256 = 64512 of the SM's 65536 registers.
