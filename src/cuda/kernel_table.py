@@ -96,9 +96,9 @@ SM80_WIDE_TILES = {512: (64, 64, 8)}
 SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
 # The Hopper forward (sm90/fwd/): (bucket, queries, keys, K/V stages, consumer schedule, min queries
 # per key). Q, K and V arrive by TMA into shared-memory rings that a producer warpgroup fills; two
-# consumer warpgroups of 64 query rows each run both GEMMs on wgmma (12 warps). Plain problems with
-# tensors a tensor map describes; one query row per key or fewer (decoding) keeps the sm80 rows,
-# which split the keys. H100, bf16, memattn run, TFLOP/s:
+# consumer warpgroups of 64 query rows each run both GEMMs on wgmma (12 warps). Plain problems of
+# fixed lengths with tensors a tensor map describes (select.cpp); one query row per key or fewer
+# (decoding) keeps the sm80 rows, which split the keys. H100, bf16, memattn run, TFLOP/s:
 # - Ping-pong (the warpgroups take turns at the tensor cores) pays where the softmax is as long as
 #   the GEMMs: independent -> ping-pong, D = 64 S = 8192 405 -> 434, S = 2048 355 -> 379, causal
 #   361 -> 380; but D = 128 S = 8192 696 -> 662, causal 592 -> 549, D = 256 752 -> 693 (each

@@ -33,6 +33,7 @@ struct Need {
   bool dbias_stageable = true;
   bool deterministic = false;  // bit-reproducible results asked for (backward)
   bool tma_loadable = false;   // Q, K and V described by tensor maps (sm90/tma_map.hpp)
+  bool varlen = false;         // packed variable-length sequences
   double queries_per_key = 0;  // visible (query, key) pairs per key and head
   int compute_capability;
   int smem_per_block = 0;  // the device's opt-in limit of shared memory per CTA, bytes
@@ -128,6 +129,7 @@ bool tma_loadable(const TensorRef& t) {
 Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
   n.tma_loadable = tma_loadable(a.q) && tma_loadable(a.k) && tma_loadable(a.v);
+  n.varlen = p.varlen;
   n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
   n.queries_per_key = queries_per_key(p);
   return n;
@@ -175,6 +177,13 @@ bool fits(const Row& k, const Need& n, std::string* why) {
                          "unit key stride and 16-byte aligned rows and pointer");
     });
   if (n.deterministic && k.atomics) return no([] { return std::string("uses atomics (not deterministic)"); });
+  // A TMA box stops only at the tensor's end: in a packed batch a sequence's last key tile would
+  // bring in the rows after its keys (past seqused_k, or the next sequence's), and 0 x V is NaN
+  // where they hold NaN or inf, while such keys must be seen by nothing.
+  if (k.tma && n.varlen)
+    return no([] {
+      return std::string("TMA boxes cross a packed sequence's end: variable lengths run on the other rows");
+    });
   if (k.tma && !n.tma_loadable)
     return no([] {
       return std::string("TMA loads need Q, K and V with 16-byte aligned pointers and rows, and every stride a nonzero "

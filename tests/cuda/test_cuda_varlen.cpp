@@ -187,10 +187,10 @@ TEST_F(CudaVarlenBounds, MalformedValuesStayInBounds) {
   }
 }
 
-// Keys past a sequence's used ones (seqused_k) are seen by nothing, whatever they hold: a TMA box
-// (the Hopper rows) stops only at the tensor's end and brings them into the sequence's last key
-// tile. With NaN in those V rows the output equals, bit for bit, the output with finite values
-// there, and has no NaN (the dispatcher's row for the problem: on an H100 the Hopper row).
+// Keys past a sequence's used ones (seqused_k) are seen by nothing, whatever they hold (an
+// unwritten KV cache): with NaN in those V rows the output equals, bit for bit, the output with
+// finite values there. The row is the dispatcher's; a TMA box would bring such rows into a
+// sequence's last key tile, which is why the Hopper rows take fixed lengths only (select.cpp).
 TEST(CudaVarlen, UnusedKeysHoldingNaNAreNotSeen) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   tools::ProblemSpec s;

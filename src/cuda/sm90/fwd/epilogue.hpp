@@ -23,12 +23,9 @@ namespace memattn::cuda::sm90 {
 
 using namespace cute;
 
-// The consumers' named barriers (cutlass::arch::NamedBarrier numbers them after the ones it
-// reserves): each consumer warpgroup's own (kWarpgroupBarrier + its index), the ping-pong turns
-// (kTurnBarrier + a warpgroup's index) and both consumer warpgroups' (kConsumersBarrier).
+// Named barriers kWarpgroupBarrier + w: consumer warpgroup w's own (cutlass::arch::NamedBarrier
+// numbers them after the ones it reserves; the ping-pong turns take the next two).
 inline constexpr int kWarpgroupBarrier = 1;
-inline constexpr int kTurnBarrier = 3;
-inline constexpr int kConsumersBarrier = 5;
 
 template <class Traits, class AccO, class Softmax>
 __device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorage<Traits>& s, const SequenceInfo& seq,
@@ -43,16 +40,15 @@ __device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorag
   softmax.finalize(acc_o_rc, 1.0f, lse);
   write_lse(p, seq, h, m0, rows, lse, rowcol(thr_o.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kHeadDim>{})))));
 
+  // The last reads of this warpgroup's rows of the output tile (the previous work item's stores)
+  // are behind it: a wgmma is executed by the warpgroup's 128 threads collectively, and every one
+  // of them has issued this item's since.
   Tensor sO = cute::make_tensor(make_smem_ptr(s.output()), typename Traits::SmemLayoutQ{});
   using Tiles = SwizzledTiles<Element, Traits::kWarpgroupThreads>;
   auto r2s = make_tiled_copy_C(typename Tiles::RegToSmemAtom{}, mma_o);
   auto r2s_thr = r2s.get_thread_slice(ctid);
-  const int wg = ctid / Traits::kWarpgroupThreads;
-  // Every thread of the warpgroup is done reading its rows for the previous work item's stores
-  // (wgmma's .sync orders only each warp).
-  if constexpr (kSeparateOutput<Traits>)
-    cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, kWarpgroupBarrier + wg);
   copy(r2s, r2s_thr.retile_S(convert_fragment<Element>(acc_o)), r2s_thr.partition_D(sO));
+  const int wg = ctid / Traits::kWarpgroupThreads;
   cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, kWarpgroupBarrier + wg);
 
   const auto tile = make_shape(Int<kWarpgroupRows>{}, Int<kHeadDim>{});

@@ -60,7 +60,7 @@ __device__ __forceinline__ void warpgroup_gemm_done(Acc& acc) {
 template <ConsumerSchedule kSchedule>
 struct GemmTurns {
   static constexpr bool kPingPong = kSchedule == ConsumerSchedule::ping_pong;
-  static constexpr int kBarrier = kTurnBarrier;
+  static constexpr int kBarrier = kWarpgroupBarrier + 2;  // after the epilogue's two
   static constexpr int kThreads = 2 * 128;
   int warpgroup;
   __device__ __forceinline__ void start() const {
@@ -73,27 +73,6 @@ struct GemmTurns {
     if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(kThreads, kBarrier + (warpgroup ^ 1));
   }
 };
-
-// Zeroes rows [row0, kBlockN) of a V ring stage, by all consumer threads, before any P V reads it.
-// A TMA box stops only at the tensor's end, so in a packed variable-length batch the last key tile
-// of a sequence brings in what follows its keys (rows past seqused_k, the next sequence); their
-// probabilities are 0, but 0 x V is NaN where V holds NaN or inf, and such keys must be seen by
-// nothing. Whole 128-byte rows of each box are zeroed, so the swizzle does not matter; the async
-// proxy (wgmma) sees the stores after the fence and the consumers' barrier.
-template <class Traits>
-__device__ __forceinline__ void zero_key_rows(typename Traits::Element* tile, int row0, int ctid) {
-  using Element = typename Traits::Element;
-  constexpr int kChunksPerRow = kTmaBoxCols * int(sizeof(Element)) / 16;
-  constexpr int kBoxes = Traits::kHeadDim / kTmaBoxCols;
-  const int chunks = (Traits::kBlockN - row0) * kChunksPerRow;  // per box
-  for (int i = ctid; i < chunks * kBoxes; i += Traits::kConsumerThreads) {
-    Element* box = tile + (i / chunks) * Traits::kBlockN * kTmaBoxCols;
-    *reinterpret_cast<uint4*>(reinterpret_cast<char*>(box + row0 * kTmaBoxCols) + (i % chunks) * 16) =
-        make_uint4(0, 0, 0, 0);
-  }
-  publish_smem_writes();
-  cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kConsumersBarrier);
-}
 
 // ctid: the thread's index among the consumer threads.
 template <class Traits>
@@ -133,16 +112,6 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
     softmax.init();
     const detail::MaskRule rule = mask_rule(p, seq);
     s.q_barriers.wait(q_at);
-    // Keys of the first tile (the last of the sequence's visible ones) past the sequence's end:
-    // their V rows are zeroed before its P V (zero_key_rows).
-    int tail_row = seq.k_len - t.last * kBlockN;
-    const auto zero_tail_keys = [&]() __attribute__((always_inline)) {
-      if (tail_row < kBlockN) {
-        s.v_barriers.wait(v_at);
-        zero_key_rows<Traits>(s.v[v_at.stage], tail_row, ctid);
-        tail_row = kBlockN;
-      }
-    };
 
     // The P of the last tile seen, the register A operand of its P V, which is issued under the
     // next tile's S GEMM and completes during the next tile's softmax: the tensor cores run P V
@@ -180,7 +149,6 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
       const Tensor sK = cute::make_tensor(make_smem_ptr(s.k[k_at.stage]), typename Traits::SmemLayoutK{});
       const Tensor tSrK = thr_s.partition_fragment_B(sK);
       const Tensor tOrV = v_operand();
-      if constexpr (!kFirst) zero_tail_keys();  // no wgmma in flight, and before the turns
       s.k_barriers.wait(k_at);
       turns.wait();
       warpgroup_gemm(mma_s, tSrQ, tSrK, acc_s, true);
@@ -231,7 +199,6 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
     for (; n >= t.first; --n) key_tile(n, KeyTileKind<KeyTile::masked>{}, Next{});
     // Every S GEMM is done: with its own output tile, the next work item's Q may load now.
     if constexpr (kSeparateOutput<Traits>) s.q_barriers.release(q_at);
-    zero_tail_keys();  // a work item of one key tile
     turns.wait();
     issue_pv(v_operand());  // the last tile's
     turns.pass();
