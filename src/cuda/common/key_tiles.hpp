@@ -4,10 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/mask.hpp"
-#include "cuda/common/fwd_params.hpp"
-#include "cuda/common/tile_scheduler.hpp"
+#include "core/philox.hpp"  // MEMATTN_HD
 
 namespace memattn::cuda {
 
@@ -24,19 +24,19 @@ struct KeyTiles {
   int full_lo, full_hi;  // those every row sees whole (empty when full_lo > full_hi)
 };
 
-// The key tiles of kBlockN keys that query rows [m0, m0 + rows) of sequence `seq` see; false when
-// they see no key at all.
+// The key tiles of kBlockN keys that query rows [m0, m0 + rows) see under `rule` (whose k_len is
+// the sequence's keys); false when they see no key at all. Host and device (test_key_tiles checks
+// it against every pair); the kernels call it through tile_scheduler.hpp's key_tiles(p, seq, ...).
 template <int kBlockN>
-__device__ __forceinline__ bool key_tiles(const FwdParams& p, const SequenceInfo& seq, std::int64_t m0, int rows,
-                                          KeyTiles* t) {
-  const detail::MaskRule rule = mask_rule(p, seq);
+MEMATTN_HD bool key_tiles(const detail::MaskRule& rule, std::int64_t m0, int rows, KeyTiles* t) {
   std::int64_t key_begin = 0, key_end = 0;
   rule.key_range(m0, m0 + rows, &key_begin, &key_end);
   if (key_begin >= key_end) return false;
   t->first = int(key_begin / kBlockN);
   t->last = int((key_end - 1) / kBlockN);
-  const std::int64_t lo = rule.first_key(m0 + rows - 1);     // tile_visible: first_key(i1 - 1) <= j0
-  const std::int64_t hi = min(rule.end_key(m0), seq.k_len);  // j1 <= end_key(i0) and j1 <= k_len
+  const std::int64_t lo = rule.first_key(m0 + rows - 1);  // tile_visible: first_key(i1 - 1) <= j0
+  const std::int64_t end = rule.end_key(m0);
+  const std::int64_t hi = end < rule.k_len ? end : rule.k_len;  // j1 <= end_key(i0) and j1 <= k_len
   t->full_lo = int((lo + kBlockN - 1) / kBlockN);
   t->full_hi = int(hi / kBlockN) - 1;
   return true;

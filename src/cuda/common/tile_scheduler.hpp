@@ -8,6 +8,7 @@
 
 #include "core/mask.hpp"
 #include "cuda/common/fwd_params.hpp"
+#include "cuda/common/key_tiles.hpp"
 #include "cuda/common/work_order.hpp"
 
 namespace memattn::cuda {
@@ -66,6 +67,13 @@ __device__ __forceinline__ SequenceInfo sequence_info(const Params& p, int b) {
 template <class Params>
 __device__ __forceinline__ detail::MaskRule mask_rule(const Params& p, const SequenceInfo& seq) {
   return detail::MaskRule::make(seq.q_len, seq.k_len, p.window_left, p.window_right, p.bottom_right);
+}
+
+// The key tiles that query rows [m0, m0 + rows) of sequence `seq` see (key_tiles.hpp).
+template <int kBlockN>
+__device__ __forceinline__ bool key_tiles(const FwdParams& p, const SequenceInfo& seq, std::int64_t m0, int rows,
+                                          KeyTiles* t) {
+  return key_tiles<kBlockN>(mask_rule(p, seq), m0, rows, t);
 }
 
 }  // namespace memattn::cuda
