@@ -19,19 +19,19 @@ namespace memattn::cuda::sm90 {
 template <class Traits>
 constexpr int kFwdSmemBytes = int(sizeof(FwdSharedStorage<Traits>));
 
-// The maps of Q, K and V as the producer addresses them: (column, row, head, batch), with variable
-// lengths the packed rows of a batch of one.
+// The maps of Q, K and V as the producer addresses them: (column, row, head, batch). The rows
+// end at the sequence's length, so a box past it arrives as zeros (fixed lengths only: select.cpp).
 template <class Traits>
 Status forward_tensor_maps(const FwdParams& p, TmaFwdParams* tp) {
   constexpr DType kDType = std::is_same_v<typename Traits::Element, cute::bfloat16_t> ? DType::bf16 : DType::f16;
-  const bool varlen = p.seqstart_q != nullptr;
-  const std::int64_t batch = varlen ? 1 : p.batch;
-  const TmaTensor q{p.q, kDType, p.head_dim, varlen ? p.packed_q : p.seqlen_q, p.heads_q, batch,
+  if (p.seqstart_q != nullptr)
+    return {StatusCode::internal_error, "sm90 forward: a variable-length problem reached a TMA row"};
+  const TmaTensor q{p.q, kDType, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
                     p.q_row_stride, p.q_head_stride, p.q_batch_stride};
-  const std::int64_t keys = varlen ? p.packed_k : p.seqlen_k;
-  const TmaTensor k{p.k, kDType, p.head_dim, keys, p.heads_k, batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride};
-  const TmaTensor v{p.v, kDType, p.head_dim_v, keys, p.heads_k, batch, p.v_row_stride, p.v_head_stride,
-                    p.v_batch_stride};
+  const TmaTensor k{p.k, kDType, p.head_dim, p.seqlen_k, p.heads_k, p.batch,
+                    p.k_row_stride, p.k_head_stride, p.k_batch_stride};
+  const TmaTensor v{p.v, kDType, p.head_dim_v, p.seqlen_k, p.heads_k, p.batch,
+                    p.v_row_stride, p.v_head_stride, p.v_batch_stride};
   if (Status s = make_tma_map(q, Traits::kBlockM, &tp->q); !s.ok()) return s;
   if (Status s = make_tma_map(k, Traits::kBlockN, &tp->k); !s.ok()) return s;
   return make_tma_map(v, Traits::kBlockN, &tp->v);
