@@ -16,6 +16,7 @@
 
 #include "core/problem.hpp"
 #include "memattn/attention.hpp"
+#include "support/check.hpp"
 #include "support/seed.hpp"
 #include "workload/verify.hpp"
 #include "workload/workload.hpp"
@@ -187,10 +188,9 @@ TEST_F(CudaVarlenBounds, MalformedValuesStayInBounds) {
   }
 }
 
-// Keys past a sequence's used ones (seqused_k) are seen by nothing, whatever they hold (an
-// unwritten KV cache): with NaN in those V rows the output equals, bit for bit, the output with
-// finite values there. The row is the dispatcher's; a TMA box would bring such rows into a
-// sequence's last key tile, which is why the Hopper rows take fixed lengths only (select.cpp).
+// Keys past a sequence's used ones (seqused_k) are seen by nothing, whatever they hold
+// (support/check.hpp), on the dispatcher's row. A TMA box would bring such rows into a sequence's
+// last key tile, which is why the Hopper rows take fixed lengths only (select.cpp).
 TEST(CudaVarlen, UnusedKeysHoldingNaNAreNotSeen) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   tools::ProblemSpec s;
@@ -202,32 +202,7 @@ TEST(CudaVarlen, UnusedKeysHoldingNaNAreNotSeen) {
   s.head_dim = s.head_dim_v = 128;
   s.dtype = DType::bf16;
   s.backend = Backend::cuda;
-  tools::Workload w(s);
-  w.fill_inputs(next_seed());
-  ASSERT_TRUE(w.to_device().ok());
-  const auto run = [&] {
-    w.poison_outputs();
-    const Status st = forward(w.forward_args());
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    EXPECT_TRUE(w.copy_outputs_to_host().ok());
-    return w.to_double(tools::Tensor::out);
-  };
-  const std::vector<double> finite = run();
-  std::vector<double> v = w.to_double(tools::Tensor::v);  // [1, packed keys, Hk, Dv]
-  const std::int64_t row_elems = s.heads_k * s.head_dim_v;
-  std::int64_t start = 0;
-  for (std::size_t b = 0; b < s.varlen_k.size(); ++b) {
-    for (std::int64_t e = (start + s.seqused_k[b]) * row_elems; e < (start + s.varlen_k[b]) * row_elems; ++e)
-      v[std::size_t(e)] = std::numeric_limits<double>::quiet_NaN();
-    start += s.varlen_k[b];
-  }
-  w.set_values(tools::Tensor::v, v);
-  ASSERT_TRUE(w.copy_inputs_to_device().ok());
-  const std::vector<double> with_nan = run();
-  ASSERT_EQ(finite.size(), with_nan.size());
-  std::size_t differ = 0;
-  for (std::size_t i = 0; i < finite.size(); ++i) differ += !(finite[i] == with_nan[i]);
-  EXPECT_EQ(differ, 0u) << "of " << finite.size() << " output elements";
+  check_unused_keys_unseen(s);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "memattn/reference.hpp"
@@ -182,6 +183,51 @@ void check_backward_bit_identical(const tools::ProblemSpec& spec, int runs, bool
                                << " bad elements";
     }
   }
+}
+
+void check_unused_keys_unseen(const tools::ProblemSpec& spec) {
+  SCOPED_TRACE(spec.describe());
+  ASSERT_EQ(spec.seqused_k.size(), spec.varlen_k.size()) << "a varlen spec with seqused_k";
+  ASSERT_EQ(spec.varlen_outside, 0);
+  const std::uint64_t seed = next_seed();
+  SCOPED_TRACE("inputs from seed " + std::to_string(seed) + ": replay with " + replay_hint());
+  tools::Workload w(spec);
+  w.fill_inputs(seed);
+  if (spec.backend == Backend::cuda) ASSERT_TRUE(w.to_device().ok());
+  const auto run = [&](std::vector<unsigned char>* out) {
+    w.poison_outputs();
+    const Status st = forward(w.forward_args());
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    ASSERT_TRUE(w.copy_outputs_to_host().ok());
+    reference::ForwardResult ref;
+    ASSERT_TRUE(reference::forward(w.host_forward_args(), &ref).ok());
+    const std::vector<double> got = w.to_double(tools::Tensor::out);
+    ASSERT_FALSE(got.empty());
+    EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](double x) { return std::isfinite(x); }))
+        << "not every output element is finite";
+    // compare() skips the reference's NaN elements: every element must be compared.
+    const tools::ErrorStats err = tools::compare(got, ref.out);
+    EXPECT_EQ(err.compared, std::int64_t(got.size())) << "output elements compared";
+    EXPECT_TRUE(err.ok(tools::output_tolerance(spec.dtype))) << "relative error " << err.rel_l2;
+    *out = w.host(tools::Tensor::out).bytes;
+  };
+  std::vector<unsigned char> finite, with_nan;
+  run(&finite);
+  if (::testing::Test::HasFatalFailure()) return;
+  for (const tools::Tensor t : {tools::Tensor::k, tools::Tensor::v}) {
+    std::vector<double> values = w.to_double(t);  // [1, packed keys, Hk, D or Dv]
+    const std::int64_t row = spec.heads_k * (t == tools::Tensor::k ? spec.head_dim : spec.head_dim_v);
+    std::int64_t start = 0;
+    for (std::size_t b = 0; b < spec.varlen_k.size(); ++b) {
+      for (std::int64_t e = (start + spec.seqused_k[b]) * row; e < (start + spec.varlen_k[b]) * row; ++e)
+        values[std::size_t(e)] = std::numeric_limits<double>::quiet_NaN();
+      start += spec.varlen_k[b];
+    }
+    w.set_values(t, values);
+  }
+  if (spec.backend == Backend::cuda) ASSERT_TRUE(w.copy_inputs_to_device().ok());
+  run(&with_nan);
+  EXPECT_TRUE(finite == with_nan) << "NaN in the unused keys changed the output";
 }
 
 }  // namespace memattn::testing

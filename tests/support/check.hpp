@@ -26,4 +26,10 @@ void check_case(const tools::ProblemSpec& spec, const CheckOptions& options = {}
 // problem; otherwise that fails.
 void check_backward_bit_identical(const tools::ProblemSpec& spec, int runs, bool skip_unsupported = false);
 
+// Keys past each sequence's used ones (spec.seqused_k; no packed rows outside the sequences) are
+// seen by nothing, whatever they hold (an unwritten KV cache): the forward's output is finite,
+// matches the float64 reference on every element, and equals bit for bit with NaN in those K and V
+// rows what it is with finite values there.
+void check_unused_keys_unseen(const tools::ProblemSpec& spec);
+
 }  // namespace memattn::testing
