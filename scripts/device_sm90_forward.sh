@@ -18,7 +18,9 @@ summary=$out/summary.txt
 note() { echo "$*" | tee -a "$summary"; }
 note "sm90 forward $(date -u '+%Y-%m-%d %H:%M UTC') commit ${MEMATTN_COMMIT:-unknown}"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee -a "$summary"
-tma_rows=(fwd_sm90_{bf16,fp16}_d{64_m128n192,64_m128n128,128_m128n128,256_m128n64}w12_wgmma_tma_vec_plain)
+# The kernel table's Hopper forward rows (kernel_table.py is where they are listed).
+mapfile -t tma_rows < <(python3 src/cuda/kernel_table.py --list --families 90 --dtypes bf16,fp16 --filter '^fwd_.*_tma_' |
+  awk '{print $2}')
 sm80_rows=(fwd_sm80_bf16_d{64,128}_m128n64w4_vec_plain fwd_sm80_bf16_d256_m128n64w8_vec_plain)
 
 if has build; then

@@ -124,9 +124,10 @@ Status schedule_forward(const ForwardKernel& k, const detail::Problem& p, const 
                         FwdParams* f) {
   if (Status s = work_groups(k, p, f->num_m_blocks, p.batch * p.heads_q, &f->work_groups); !s.ok()) return s;
   if (Status s = choose_key_splits(k, p, overrides, f); !s.ok()) return s;
-  if (k.accumulator != Accumulator::global) return Status::Ok();
-  // One workspace slot (the output accumulator of one query tile) per resident CTA; the CTAs
-  // take the work items in turn.
+  if (k.accumulator != Accumulator::global && !k.tma) return Status::Ok();
+  // Persistent grids, whose CTAs take the work items in turn: one workspace slot (the output
+  // accumulator of one query tile) per resident CTA in the global-accumulator rows; one CTA per
+  // SM in the TMA rows, whose producer loads the next item's tiles during the last one's epilogue.
   std::int64_t resident = 0;
   if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
   f->grid_ctas = std::min(f->num_blocks, resident);

@@ -4,8 +4,8 @@
 //   so that a group's heaviest tiles fill the GPU, and on the backward's wgmma one-pass rows
 //   shrunk where the pairs in flight would reread more than half of L2;
 // - the one-pass backward's last-wave split (tail_split.hpp);
-// - the grid of the global-accumulator rows: one CTA per resident slot, each taking work items
-//   in turn;
+// - the persistent grids of the global-accumulator and TMA rows: one CTA per resident slot, each
+//   taking work items in turn;
 // - the forward's split keys (key_splits.hpp) where the work items leave the GPU part-empty.
 // Options::overrides turns the first two off for comparisons (l2_sized_groups, split_last_wave)
 // and sets the split count (num_splits).
@@ -18,7 +18,7 @@
 namespace memattn::cuda {
 
 // Fills f's work groups, split keys (num_splits, and num_blocks counts the parts) and
-// (global-accumulator rows) grid CTAs; f's tile counts are set.
+// (global-accumulator and TMA rows) grid CTAs; f's tile counts are set.
 Status schedule_forward(const ForwardKernel& k, const detail::Problem& p, const KernelOverrides& overrides,
                         FwdParams* f);
 

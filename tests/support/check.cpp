@@ -134,6 +134,22 @@ void check_case(const tools::ProblemSpec& spec, const CheckOptions& options) {
     expect_close("dbias", w.to_double_reduced(tools::Tensor::dbias), nb.dbias, bref.dbias, 2 * tol, spec.dtype, false);
 }
 
+namespace {
+
+// Every element of `got` is finite and compared with `ref` (compare() skips the reference's NaN,
+// its unwritten elements), within `tol`.
+void expect_finite_and_close(const std::vector<double>& got, const std::vector<double>& ref, double tol,
+                             const std::string& name) {
+  ASSERT_FALSE(got.empty()) << name << ": no elements";
+  EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](double x) { return std::isfinite(x); }))
+      << name << ": not every element is finite";
+  const tools::ErrorStats err = tools::compare(got, ref);
+  EXPECT_EQ(err.compared, std::int64_t(got.size())) << name << ": elements compared";
+  EXPECT_TRUE(err.ok(tol)) << name << ": relative error " << err.rel_l2 << ", " << err.bad << " bad elements";
+}
+
+}  // namespace
+
 void check_backward_bit_identical(const tools::ProblemSpec& spec, int runs, bool skip_unsupported) {
   SCOPED_TRACE(spec.describe());
   const std::uint64_t seed = next_seed();
@@ -170,18 +186,9 @@ void check_backward_bit_identical(const tools::ProblemSpec& spec, int runs, bool
     std::vector<std::pair<tools::Tensor, const std::vector<double>*>> checks = {
         {tools::Tensor::dq, &ref.dq}, {tools::Tensor::dk, &ref.dk}, {tools::Tensor::dv, &ref.dv}};
     if (w.has(tools::Tensor::dbias)) checks.push_back({tools::Tensor::dbias, &ref.dbias});
-    for (const auto& [t, r] : checks) {
-      const std::vector<double> got =
-          t == tools::Tensor::dbias ? w.to_double_reduced(t) : w.to_double(t);  // dbias as the reference sums it
-      ASSERT_FALSE(got.empty()) << tools::to_string(t) << ": no elements";
-      EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](double x) { return std::isfinite(x); }))
-          << tools::to_string(t) << ": not every element is finite";
-      const tools::ErrorStats err = tools::compare(got, *r);
-      // compare() skips the reference's NaN (unwritten) elements: every element must be compared.
-      EXPECT_EQ(err.compared, std::int64_t(got.size())) << tools::to_string(t) << ": elements compared";
-      EXPECT_TRUE(err.ok(tol)) << tools::to_string(t) << ": relative error " << err.rel_l2 << ", " << err.bad
-                               << " bad elements";
-    }
+    for (const auto& [t, r] : checks)  // dbias as the reference sums it
+      expect_finite_and_close(t == tools::Tensor::dbias ? w.to_double_reduced(t) : w.to_double(t), *r, tol,
+                              tools::to_string(t));
   }
 }
 
@@ -201,14 +208,7 @@ void check_unused_keys_unseen(const tools::ProblemSpec& spec) {
     ASSERT_TRUE(w.copy_outputs_to_host().ok());
     reference::ForwardResult ref;
     ASSERT_TRUE(reference::forward(w.host_forward_args(), &ref).ok());
-    const std::vector<double> got = w.to_double(tools::Tensor::out);
-    ASSERT_FALSE(got.empty());
-    EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](double x) { return std::isfinite(x); }))
-        << "not every output element is finite";
-    // compare() skips the reference's NaN elements: every element must be compared.
-    const tools::ErrorStats err = tools::compare(got, ref.out);
-    EXPECT_EQ(err.compared, std::int64_t(got.size())) << "output elements compared";
-    EXPECT_TRUE(err.ok(tools::output_tolerance(spec.dtype))) << "relative error " << err.rel_l2;
+    expect_finite_and_close(w.to_double(tools::Tensor::out), ref.out, tools::output_tolerance(spec.dtype), "out");
     *out = w.host(tools::Tensor::out).bytes;
   };
   std::vector<unsigned char> finite, with_nan;

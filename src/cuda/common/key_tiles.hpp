@@ -35,8 +35,7 @@ MEMATTN_HD bool key_tiles(const detail::MaskRule& rule, std::int64_t m0, int row
   t->first = int(key_begin / kBlockN);
   t->last = int((key_end - 1) / kBlockN);
   const std::int64_t lo = rule.first_key(m0 + rows - 1);  // tile_visible: first_key(i1 - 1) <= j0
-  const std::int64_t end = rule.end_key(m0);
-  const std::int64_t hi = end < rule.k_len ? end : rule.k_len;  // j1 <= end_key(i0) and j1 <= k_len
+  const std::int64_t hi = rule.end_key(m0);  // j1 <= end_key(i0), which is at most k_len
   t->full_lo = int((lo + kBlockN - 1) / kBlockN);
   t->full_hi = int(hi / kBlockN) - 1;
   return true;

@@ -1,5 +1,5 @@
-// Host side of the Hopper forward: the tensor maps of Q, K and V, the persistent grid (one CTA per
-// SM, at most one per work item), the launch, and the resource report.
+// Host side of the Hopper forward: the tensor maps of Q, K and V, the launch on the persistent grid
+// the scheduler sized (one CTA per SM, at most one per work item), and the resource report.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,12 +43,9 @@ Status launch_forward(const FwdParams& p, cudaStream_t stream) {
   TmaFwdParams tp{};
   tp.p = p;
   if (Status s = forward_tensor_maps<Traits>(p, &tp); !s.ok()) return s;
-  int device = 0, sms = 0;
-  if (Status s = cuda_status(cudaGetDevice(&device), "cudaGetDevice"); !s.ok()) return s;
-  if (Status s = cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-      !s.ok())
-    return s;
-  return launch_grid(forward_kernel<Traits>, Traits::kThreads, kFwdSmemBytes<Traits>, p.num_blocks, sms, tp, stream);
+  // p.grid_ctas: the resident CTAs (schedule.cpp), one per SM.
+  return launch_grid(forward_kernel<Traits>, Traits::kThreads, kFwdSmemBytes<Traits>, p.num_blocks, p.grid_ctas, tp,
+                     stream);
 }
 
 template <class Traits, unsigned kFeatures>
