@@ -12,7 +12,7 @@ scripts/install_deps.sh
 cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMATTN_KERNELS=reduced "$@" >/dev/null
 cmake --build build-test
 ctest --test-dir build-test --output-on-failure -j "$(nproc)"
-# MEMATTN_PYTHON_TESTS=0 skips the Python tests (and their two torch downloads of ~5 GB each).
+# MEMATTN_PYTHON_TESTS=0 skips the Python tests (two torch environments of ~4.5 GB, one at a time).
 if [[ ${MEMATTN_PYTHON_TESTS:-1} != 0 ]]; then
   scripts/python_tests.sh
 fi

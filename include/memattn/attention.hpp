@@ -74,11 +74,40 @@ struct Options {
   KernelOverrides overrides;  // the CUDA dispatcher's choices, overridden (see above)
 };
 
+// A KV cache (inference): the forward's keys and values come from a cache that the call may first
+// append to. Enabled by `seqlens`; then ForwardArgs::k and ::v are the cache's two tensors:
+// - contiguous: [B_cache, Mk_max, Hk, D] and [B_cache, Mk_max, Hk, Dv]; sequence b lives in cache
+//   row batch_idx[b] (without batch_idx: row b, and B_cache = B);
+// - paged (block_table given): [num_pages, page_size, Hk, D] and [num_pages, page_size, Hk, Dv],
+//   any page_size >= 1; key position j of sequence b lives in page block_table[b, j / page_size],
+//   row j % page_size. Entries for positions past a sequence's keys are never read.
+// seqlens[b] keys of sequence b are in the cache before the call. k_new [B, M_new, Hk, D] and
+// v_new [B, M_new, Hk, Dv] (optional, together) are written at positions seqlens[b] to
+// seqlens[b] + M_new - 1; the call then attends to all seqlens[b] + M_new keys, the Mq queries
+// being the last Mq positions, so a mask must be aligned bottom_right (causal decoding and chunked
+// prefill). seqlens itself is not updated: the caller adds M_new.
+// Validation reads seqlens, batch_idx and block_table on the host (on CUDA it copies them and waits)
+// and checks, before anything is written: every length within the cache's capacity, the page of
+// every position in use in [0, num_pages), and that no new key's slot is any other position's of
+// the call (nor, with batch_idx, two sequences one row). Not with a cache: bias, dropout, variable
+// lengths; the backward takes no cache.
+struct KvCache {
+  IndexRef seqlens;        // [B]: keys in the cache per sequence before the call; enables the cache
+  IndexRef batch_idx;      // optional [B], contiguous caches: the cache row of each sequence
+  IndexTable block_table;  // optional [B, max_pages]: the pages of each sequence, in order
+  TensorRef k_new, v_new;  // optional: appended, then attended to
+
+  bool enabled() const {
+    return seqlens.defined() || batch_idx.defined() || block_table.defined() || k_new.defined() || v_new.defined();
+  }
+};
+
 struct ForwardArgs : Options {
-  TensorRef q, k, v;  // inputs
+  TensorRef q, k, v;  // inputs (with a KV cache: the cache, written where new keys go)
   TensorRef bias;     // optional: dtype of q or f32, broadcastable to [B, Hq, Mq, Mk] (see below)
   TensorRef out;      // [B, Mq, Hq, Dv], dtype of q
   TensorRef lse;      // optional: [B, Hq, Mq], f32
+  KvCache kv_cache;   // optional (see above)
 };
 
 struct BackwardArgs : Options {

@@ -86,6 +86,16 @@ struct IndexRef {
 // A contiguous view of `size` values.
 inline IndexRef make_index(const std::int32_t* data, std::int64_t size) { return {data, size, 1}; }
 
+// A 2-D view of int32 values, [rows, cols]: element (r, c) is data[r * row_stride + c] (the last
+// dimension contiguous). Absent when data is null and both sizes are 0.
+struct IndexTable {
+  const std::int32_t* data = nullptr;
+  std::int64_t rows = 0, cols = 0;
+  std::int64_t row_stride = 0;
+
+  bool defined() const { return data != nullptr || rows != 0 || cols != 0; }
+};
+
 // Variable-length batches over packed tensors (batch dimension 1), enabled when any of the three
 // views is given; then both seqstarts are required. num_seqs = seqstart_q.size - 1 (0 is an empty
 // batch). Sequence b owns query rows [seqstart_q[b], seqstart_q[b+1]) and key rows starting at

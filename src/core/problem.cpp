@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 
+#include "core/checks.hpp"
 #include "cuda/backend.hpp"
 #include "cuda/key_splits.hpp"
 #include "memattn/dropout.hpp"
@@ -17,105 +18,6 @@ namespace {
 
 constexpr std::int64_t kMaxHeadDim = 65536;
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
-
-Status invalid(const std::string& message) { return {StatusCode::invalid_argument, message}; }
-
-std::string shape_string(const TensorRef& t) {
-  std::string s = "[";
-  for (int d = 0; d < t.rank; ++d) s += (d ? ", " : "") + std::to_string(t.sizes[d]);
-  return s + "]";
-}
-
-std::string shape_string(const std::int64_t* sizes, int rank) {
-  TensorRef t;
-  t.rank = rank;
-  std::copy(sizes, sizes + rank, t.sizes);
-  return shape_string(t);
-}
-
-bool mul_overflows(std::int64_t a, std::int64_t b, std::int64_t* out) {
-  return __builtin_mul_overflow(a, b, out);
-}
-
-// Structure shared by every tensor argument: pointer, rank, sizes, strides, and that its largest
-// byte offset fits in int64.
-// A null data pointer is allowed for a tensor with zero elements only (it is never read or written).
-Status check_tensor(const TensorRef& t, const char* name, const char* layout, int rank) {
-  if (t.rank != rank)
-    return invalid(std::string(name) + ": expected rank " + std::to_string(rank) + " " + layout +
-                   ", got rank " + std::to_string(t.rank));
-  if (t.dtype != DType::f32 && t.dtype != DType::f16 && t.dtype != DType::bf16 && t.dtype != DType::f64)
-    return invalid(std::string(name) + ": unknown dtype value " + std::to_string(int(t.dtype)));
-  std::int64_t extent = 0;
-  for (int d = 0; d < rank; ++d) {
-    if (t.sizes[d] < 0)
-      return invalid(std::string(name) + ": negative size in " + shape_string(t));
-    if (t.strides[d] < 0)
-      return invalid(std::string(name) + ": stride " + std::to_string(t.strides[d]) +
-                     " of dimension " + std::to_string(d) + " is negative");
-    std::int64_t span = 0;
-    if (t.sizes[d] > 0 && (mul_overflows(t.sizes[d] - 1, t.strides[d], &span) ||
-                           __builtin_add_overflow(extent, span, &extent)))
-      return invalid(std::string(name) + ": sizes " + shape_string(t) +
-                     " with its strides overflow a 64-bit offset");
-  }
-  bool no_elements = false;
-  for (int d = 0; d < rank; ++d) no_elements = no_elements || t.sizes[d] == 0;
-  if (t.data == nullptr && !no_elements)
-    return invalid(std::string(name) + ": data pointer is null (allowed only for a tensor with zero elements; " +
-                   "this one has shape " + shape_string(t) + ")");
-  std::int64_t elements = 0, bytes = 0;
-  if (__builtin_add_overflow(extent, 1, &elements) ||
-      mul_overflows(elements, std::int64_t(dtype_size(t.dtype)), &bytes))
-    return invalid(std::string(name) + ": byte extent overflows 64 bits");
-  if (t.sizes[rank - 1] > 1 && t.strides[rank - 1] != 1)
-    return invalid(std::string(name) + ": the last dimension must be contiguous (stride 1), got stride " +
-                   std::to_string(t.strides[rank - 1]));
-  return Status::Ok();
-}
-
-Status check_sizes(const TensorRef& t, const char* name, const char* layout,
-                   std::initializer_list<std::int64_t> expected) {
-  const std::int64_t* e = expected.begin();
-  for (int d = 0; d < t.rank; ++d)
-    if (t.sizes[d] != e[d])
-      return invalid(std::string(name) + ": expected " + layout + " = " +
-                     shape_string(e, t.rank) + ", got " + shape_string(t));
-  return Status::Ok();
-}
-
-Status check_dtype(const TensorRef& t, const char* name, DType want) {
-  if (t.dtype != want)
-    return invalid(std::string(name) + ": dtype " + to_string(t.dtype) + " must be " + to_string(want));
-  return Status::Ok();
-}
-
-// An output must not have two elements at one address, except along `shared` dimensions
-// (dbias's broadcast dimensions), which receive one summed value.
-Status check_no_overlap(const TensorRef& t, const char* name, const bool* shared = nullptr) {
-  for (int d = 0; d < t.rank; ++d)
-    if (t.sizes[d] == 0) return Status::Ok();  // no elements, none to overlap
-  int dims[4];
-  int n = 0;
-  for (int d = 0; d < t.rank; ++d) {
-    if (t.sizes[d] <= 1 || (shared && shared[d])) continue;
-    if (t.strides[d] == 0)
-      return invalid(std::string(name) + ": output has stride 0 on dimension " + std::to_string(d) +
-                     " of size " + std::to_string(t.sizes[d]) + " (elements would overlap)");
-    dims[n++] = d;
-  }
-  for (int a = 1; a < n; ++a)  // insertion sort by stride (at most 4 dims)
-    for (int b = a; b > 0 && t.strides[dims[b]] < t.strides[dims[b - 1]]; --b) std::swap(dims[b], dims[b - 1]);
-  std::int64_t covered = 1;  // elements spanned by the dimensions with smaller strides
-  for (int k = 0; k < n; ++k) {
-    const int d = dims[k];
-    if (t.strides[d] < covered)
-      return invalid(std::string(name) + ": strides make output elements overlap (dimension " +
-                     std::to_string(d) + ")");
-    covered = t.strides[d] * (t.sizes[d] - 1) + covered;
-  }
-  return Status::Ok();
-}
 
 struct NamedPointer {
   const char* name;
@@ -179,23 +81,6 @@ Status check_locations(const std::vector<NamedPointer>& pointers, Backend reques
   return Status::Ok();
 }
 
-// The structure of a variable-length description, before any value is read: both seqstarts
-// present with num_seqs + 1 elements each, seqused_k absent or with num_seqs, pointers set where
-// there are elements, strides that the backend can read.
-Status check_index(const IndexRef& x, const char* name, std::int64_t want, const char* rule) {
-  if (x.size != want)
-    return invalid(std::string(name) + ": has " + std::to_string(x.size) + " elements; it must have " +
-                   std::to_string(want) + " (" + rule + ")");
-  if (x.data == nullptr && x.size > 0)
-    return invalid(std::string(name) + ": data pointer is null with " + std::to_string(x.size) + " elements");
-  std::int64_t span = 0;
-  if (x.stride < 0)
-    return invalid(std::string(name) + ": stride " + std::to_string(x.stride) + " is negative");
-  if (x.size > 0 && (mul_overflows(x.size - 1, x.stride, &span) || span > kInt64Max / 4))
-    return invalid(std::string(name) + ": size " + std::to_string(x.size) + " with stride " +
-                   std::to_string(x.stride) + " overflows a 64-bit byte offset");
-  return Status::Ok();
-}
 
 Status check_varlen_structure(const Varlen& vl) {
   if (!vl.seqstart_q.defined())
@@ -223,24 +108,6 @@ Status check_varlen_structure(const Varlen& vl) {
   return Status::Ok();
 }
 
-// The CUDA backend's kernels read the arrays themselves, contiguous; on the host any stride is
-// read through.
-Status check_readable(const IndexRef& x, const char* name, Location where) {
-  if (where == Location::device && x.size > 1 && x.stride != 1)
-    return invalid(std::string(name) + ": stride " + std::to_string(x.stride) +
-                   "; the CUDA backend reads these arrays contiguous (stride 1)");
-  return Status::Ok();
-}
-
-// Copies a validated int32 view into host memory.
-Status copy_index(const IndexRef& x, const char* name, Location where, void* stream, std::vector<std::int32_t>* out) {
-  out->resize(std::size_t(x.size));
-  if (x.size == 0) return Status::Ok();
-  if (Status s = check_readable(x, name, where); !s.ok()) return s;
-  if (where == Location::device) return copy_to_host(out->data(), x.data, std::size_t(x.size) * 4, where, stream);
-  for (std::int64_t i = 0; i < x.size; ++i) (*out)[std::size_t(i)] = x.data[i * x.stride];
-  return Status::Ok();
-}
 
 // A caller's bound on the sequence lengths, checked against the lengths read.
 Status check_bound(std::int64_t bound, std::int64_t longest, std::int64_t b, const char* name, const char* what) {
@@ -323,8 +190,11 @@ Status resolve_varlen(const Varlen& vl, Lengths lengths, void* stream, std::int6
 }
 
 // Checks shared by the forward and the backward: q, k, v, bias, options. Fills sizes.
+// `cache`: the forward's KV cache (null for the backward); enabled, k and v are its tensors.
 Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, const TensorRef& v,
-                    const TensorRef& bias, std::vector<NamedPointer> pointers, Lengths lengths, Problem* p) {
+                    const TensorRef& bias, const KvCache* cache, std::vector<NamedPointer> pointers,
+                    Lengths lengths, Problem* p) {
+  const bool kv_cache = cache != nullptr && cache->enabled();
   if (Status s = check_tensor(q, "q", "[B, Mq, Hq, D]", 4); !s.ok()) return s;
   if (Status s = check_tensor(k, "k", "[B, Mk, Hk, D]", 4); !s.ok()) return s;
   if (Status s = check_tensor(v, "v", "[B, Mk, Hk, Dv]", 4); !s.ok()) return s;
@@ -343,11 +213,13 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
     return invalid("q: head dim D = " + std::to_string(p->head_dim) + " is outside [1, 65536]");
   if (p->head_dim_v < 1 || p->head_dim_v > kMaxHeadDim)
     return invalid("v: head dim Dv = " + std::to_string(p->head_dim_v) + " is outside [1, 65536]");
-  if (Status s = check_sizes(k, "k", "[B, Mk, Hk, D]", {q.sizes[0], k.sizes[1], k.sizes[2], p->head_dim});
-      !s.ok())
+  // A cache's dimensions 0 and 1 are its own (cache rows or pages, and their length).
+  const std::int64_t kv_batch = kv_cache ? k.sizes[0] : q.sizes[0];
+  const char* k_layout = kv_cache ? "[B_cache or pages, Mk_max or page_size, Hk, D] (the cache)" : "[B, Mk, Hk, D]";
+  const char* v_layout = kv_cache ? "k's [B_cache or pages, Mk_max or page_size, Hk] and Dv" : "[B, Mk, Hk, Dv]";
+  if (Status s = check_sizes(k, "k", k_layout, {kv_batch, k.sizes[1], k.sizes[2], p->head_dim}); !s.ok())
     return s;
-  if (Status s = check_sizes(v, "v", "[B, Mk, Hk, Dv]", {q.sizes[0], k.sizes[1], k.sizes[2], v.sizes[3]});
-      !s.ok())
+  if (Status s = check_sizes(v, "v", v_layout, {kv_batch, k.sizes[1], k.sizes[2], v.sizes[3]}); !s.ok())
     return s;
   if (p->heads_k > 0 && p->heads_q % p->heads_k != 0)
     return invalid("k: query heads Hq = " + std::to_string(p->heads_q) +
@@ -372,13 +244,16 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
     p->seqlen_q = q.sizes[1];
     p->seqlen_k = k.sizes[1];
   }
-  // Empty: no (query, key) pair at all. Validation goes on in full; api.cpp returns at once.
-  p->empty = q.sizes[0] == 0 || q.sizes[1] == 0 || k.sizes[1] == 0 || p->heads_q == 0 ||
+  // Empty: no (query, key) pair at all. Validation goes on in full; api.cpp returns at once (after
+  // a cache's append). A cache's sequences may hold no key: their rows see nothing.
+  p->empty = q.sizes[0] == 0 || q.sizes[1] == 0 || p->heads_q == 0 || (!kv_cache && k.sizes[1] == 0) ||
              (p->varlen && (vl.num_seqs() == 0 || vl.max_seqlen_q == 0 || vl.max_seqlen_k == 0));
   pointers.push_back({"workspace", opt.workspace});
   if (Status s = check_locations(pointers, opt.backend, q.dtype, p); !s.ok()) return s;
   if (p->varlen)
     if (Status s = resolve_varlen(vl, lengths, opt.stream, q.sizes[1], k.sizes[1], p); !s.ok()) return s;
+  if (kv_cache)  // before the mask: a window's reach comes from the keys after the append
+    if (Status s = check_kv_cache(*cache, opt, q, k, v, bias, p); !s.ok()) return s;
 
   p->has_bias = bias.defined();
   if (p->has_bias) {
@@ -489,6 +364,7 @@ Status check_overrides(const KernelOverrides& o, cuda::Pass pass, const Problem&
 }  // namespace
 
 Sequence Problem::sequence(std::int64_t b) const {
+  if (cache.enabled) return {b, 0, seqlen_q, 0, cache.keys(b)};  // key rows: cache.slot
   if (!varlen) return {b, 0, seqlen_q, 0, seqlen_k};
   return {0, seqstart_q[b], seqstart_q[b + 1] - seqstart_q[b], seqstart_k[b], seqlen_k_used[b]};
 }
@@ -533,7 +409,7 @@ double visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64_t shi
 }
 
 double Problem::visible_pairs() const {
-  if (!varlen || !lengths_known) {  // every batch entry alike: one count (B may be 2^40)
+  if ((!varlen && !cache.enabled) || !lengths_known) {  // every batch entry alike: one count (B may be 2^40)
     const Sequence s{0, 0, seqlen_q, 0, seqlen_k};
     const std::int64_t shift = bottom_right ? s.k_len - s.q_len : 0;
     return double(batch) * visible_pairs_of(s.q_len, s.k_len, shift, window_left, window_right) * double(heads_q);
@@ -549,9 +425,19 @@ double Problem::visible_pairs() const {
 
 Status build_problem(const ForwardArgs& a, Problem* p, Lengths lengths) {
   *p = Problem{};
-  const std::vector<NamedPointer> ptrs = {{"q", a.q.data},     {"k", a.k.data},     {"v", a.v.data},
-                                          {"bias", a.bias.data}, {"out", a.out.data}, {"lse", a.lse.data}};
-  if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, lengths, p); !s.ok()) return s;
+  const KvCache& c = a.kv_cache;
+  const std::vector<NamedPointer> ptrs = {{"q", a.q.data},
+                                          {"k", a.k.data},
+                                          {"v", a.v.data},
+                                          {"bias", a.bias.data},
+                                          {"out", a.out.data},
+                                          {"lse", a.lse.data},
+                                          {"kv_cache.seqlens", c.seqlens.data},
+                                          {"kv_cache.batch_idx", c.batch_idx.data},
+                                          {"kv_cache.block_table", c.block_table.data},
+                                          {"kv_cache.k_new", c.k_new.data},
+                                          {"kv_cache.v_new", c.v_new.data}};
+  if (Status s = check_common(a, a.q, a.k, a.v, a.bias, &c, ptrs, lengths, p); !s.ok()) return s;
   if (Status s = check_overrides(a.overrides, cuda::Pass::forward, *p); !s.ok()) return s;
   if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, Lse::optional); !s.ok()) return s;
   if (Status s = check_no_overlap(a.out, "out"); !s.ok()) return s;
@@ -566,7 +452,7 @@ Status build_problem(const BackwardArgs& a, Problem* p, Lengths lengths) {
       {"q", a.q.data},       {"k", a.k.data},   {"v", a.v.data},   {"bias", a.bias.data},
       {"out", a.out.data},   {"lse", a.lse.data}, {"dout", a.dout.data}, {"dq", a.dq.data},
       {"dk", a.dk.data},     {"dv", a.dv.data}, {"dbias", a.dbias.data}};
-  if (Status s = check_common(a, a.q, a.k, a.v, a.bias, ptrs, lengths, p); !s.ok()) return s;
+  if (Status s = check_common(a, a.q, a.k, a.v, a.bias, nullptr, ptrs, lengths, p); !s.ok()) return s;
   if (Status s = check_overrides(a.overrides, cuda::Pass::backward, *p); !s.ok()) return s;
   if (Status s = check_out_lse(a.out, a.lse, "out", a.q, *p, Lse::required); !s.ok()) return s;
   if (Status s = check_out_lse(a.dout, TensorRef{}, "dout", a.q, *p, Lse::optional); !s.ok()) return s;

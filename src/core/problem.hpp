@@ -19,6 +19,25 @@ struct Sequence {
   std::int64_t k_len;
 };
 
+// Where the keys of a KV cache call live (ForwardArgs::kv_cache), read on the host. A contiguous
+// cache is one page per sequence: page_size = Mk_max, and sequence b's page is batch_idx[b] (or b).
+struct CachePages {
+  bool enabled = false;
+  std::int64_t page_size = 0;
+  std::int64_t pages_per_seq = 0;     // block table columns (1 for a contiguous cache)
+  std::int64_t new_keys = 0;          // M_new, appended at seqlens[b] before attending
+  std::vector<std::int32_t> seqlens;  // keys held before the call
+  std::vector<std::int32_t> pages;    // [batch, pages_per_seq]; checked where a position is in use
+
+  struct Slot {
+    std::int64_t page, row;  // the cache tensors' dimensions 0 and 1
+  };
+  Slot slot(std::int64_t b, std::int64_t position) const {
+    return {pages[std::size_t(b * pages_per_seq + position / page_size)], position % page_size};
+  }
+  std::int64_t keys(std::int64_t b) const { return seqlens[std::size_t(b)] + new_keys; }  // after the append
+};
+
 struct Problem {
   std::int64_t batch = 0;  // B, or the number of sequences with variable lengths
   std::int64_t heads_q = 0, heads_k = 0;
@@ -29,6 +48,7 @@ struct Problem {
   // the device: then the host copies are empty and seqlen_q/seqlen_k are the bounds.
   bool lengths_known = true;
   std::vector<std::int32_t> seqstart_q, seqstart_k, seqlen_k_used;  // host copies (varlen only)
+  CachePages cache;  // a KV cache call: seqlen_k is then the longest sequence's keys after the append
 
   DType dtype = DType::f32;
   double scale = 1.0;
@@ -69,6 +89,12 @@ double visible_pairs_of(std::int64_t q_len, std::int64_t k_len, std::int64_t shi
 // Whether variable lengths are read on the host even where the CUDA backend was given bounds
 // (which lets it leave them on the device): `read` for counts that need every length (flops).
 enum class Lengths { as_needed, read };
+
+// The KV cache of a forward call (kv_cache.cpp): its structure, its values (read on the host) and
+// the writes it asks for; fills p->cache and the key lengths. Called by build_problem once q, k, v
+// and the call's location are checked.
+Status check_kv_cache(const KvCache& cache, const Options& options, const TensorRef& q, const TensorRef& k,
+                      const TensorRef& v, const TensorRef& bias, Problem* p);
 
 // Validates every argument and fills `problem`. Nothing is launched or written.
 Status build_problem(const ForwardArgs& args, Problem* problem, Lengths lengths = Lengths::as_needed);

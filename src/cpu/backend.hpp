@@ -24,6 +24,10 @@ inline Tiling tiling_for(const detail::Problem& p) {
   return {p.head_dim + p.head_dim_v > kLargeHeadDims ? kRowsLargeHead : kRowsSmallHead, kKeys};
 }
 
+// A KV cache call's new keys and values (kv_cache.k_new, v_new), copied into their cache slots
+// in host memory; the CPU and reference backends run it before attending.
+void append_kv_cache(const ForwardArgs& args, const detail::Problem& problem);
+
 Status forward(const ForwardArgs& args, const detail::Problem& problem);
 Status backward(const BackwardArgs& args, const detail::Problem& problem);
 

@@ -7,6 +7,7 @@
 // vector operations across the query columns.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/mask.hpp"
@@ -70,6 +71,19 @@ void online_softmax(std::int64_t rows, std::int64_t cols, std::int64_t dv, Scrat
   }
 }
 
+// Key (or value) rows [j0, j0 + cols) of sequence `seq`, head `hk`, into dst[r * ld + e]: from the
+// tensor's rows, or with a KV cache from the slots of their positions, one page's run at a time.
+void load_keys(const TensorRef& t, const detail::Problem& p, const detail::Sequence& seq, std::int64_t j0,
+               std::int64_t cols, std::int64_t hk, float* dst, std::int64_t ld) {
+  if (!p.cache.enabled) return load_rows(t, seq.batch, seq.k_begin + j0, cols, cols, hk, 1.0f, dst, ld);
+  for (std::int64_t j = j0; j < j0 + cols;) {
+    const detail::CachePages::Slot slot = p.cache.slot(seq.batch, j);
+    const std::int64_t run = std::min(j0 + cols - j, p.cache.page_size - slot.row);
+    load_rows(t, slot.page, slot.row, run, run, hk, 1.0f, dst + (j - j0) * ld, ld);
+    j += run;
+  }
+}
+
 void run_task(const ForwardArgs& a, const detail::Problem& p, const Tiling& tiling, const Task& task,
               Scratch& w) {
   const detail::Sequence seq = p.sequence(task.b);
@@ -90,7 +104,7 @@ void run_task(const ForwardArgs& a, const detail::Problem& p, const Tiling& tili
   for (std::int64_t j0 = kbegin; j0 < kend; j0 += BK) {
     const std::int64_t cols = std::min(BK, kend - j0);
     const TileCoords t{task.b, task.h, task.i0, R, j0, cols};
-    load_rows(a.k, seq.batch, seq.k_begin + j0, cols, cols, hk, 1.0f, w.krows.data(), D);
+    load_keys(a.k, p, seq, j0, cols, hk, w.krows.data(), D);
     gemm(cols, R, D, w.krows.data(), {D, 1}, w.qt.data(), R, w.st.data(), R, false);
     finish_scores(p, a.bias, rule, t, R, cols, transposed, w.st.data(), w.row_buf.data());
     online_softmax(R, cols, Dv, w);
@@ -98,7 +112,7 @@ void run_task(const ForwardArgs& a, const detail::Problem& p, const Tiling& tili
       dropout_tile(p, t, cols, transposed, w.keep.data());
       for (std::int64_t e = 0; e < cols * R; ++e) w.st[e] *= w.keep[e];
     }
-    load_rows(a.v, seq.batch, seq.k_begin + j0, cols, cols, hk, 1.0f, w.vrows.data(), Dv);
+    load_keys(a.v, p, seq, j0, cols, hk, w.vrows.data(), Dv);
     gemm(R, Dv, cols, w.st.data(), {1, R}, w.vrows.data(), Dv, w.acc.data(), Dv, true);
   }
 
@@ -118,7 +132,29 @@ void run_task(const ForwardArgs& a, const detail::Problem& p, const Tiling& tili
   }
 }
 
+// Copies row m of every head of a [B, M, H, W] tensor's sequence b into the cache's slot.
+void copy_heads(const TensorRef& from, std::int64_t b, std::int64_t m, const TensorRef& to,
+                detail::CachePages::Slot slot) {
+  const std::int64_t bytes = std::int64_t(dtype_size(from.dtype));
+  for (std::int64_t h = 0; h < from.sizes[2]; ++h)
+    std::memcpy(static_cast<char*>(to.data) + row_offset(to, slot.page, slot.row, h) * bytes,
+                static_cast<const char*>(from.data) + row_offset(from, b, m, h) * bytes,
+                std::size_t(from.sizes[3] * bytes));
+}
+
 }  // namespace
+
+void append_kv_cache(const ForwardArgs& args, const detail::Problem& p) {
+  const KvCache& c = args.kv_cache;
+  if (!p.cache.enabled || p.cache.new_keys == 0) return;
+#pragma omp parallel for collapse(2)
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t m = 0; m < p.cache.new_keys; ++m) {
+      const detail::CachePages::Slot slot = p.cache.slot(b, p.cache.seqlens[std::size_t(b)] + m);
+      copy_heads(c.k_new, b, m, args.k, slot);
+      copy_heads(c.v_new, b, m, args.v, slot);
+    }
+}
 
 Status forward(const ForwardArgs& args, const detail::Problem& p) {
   const Tiling tiling = tiling_for(p);

@@ -84,6 +84,31 @@ Panel gather(const TensorRef& t, std::int64_t batch, std::int64_t begin, std::in
   return p;
 }
 
+// With a KV cache, the keys of sequence b: its cache positions [0, seqlens[b]), then the rows of
+// kv_cache.k_new (or v_new: `fresh`), read there, so that the reference writes nothing. Position j
+// lives in page block_table[b, j / page_size] at row j % page_size, or in cache row batch_idx[b]
+// (default b) at row j.
+Panel gather_cached(const TensorRef& cache, const TensorRef& fresh, const KvCache& c, std::int64_t b,
+                    std::int64_t keys, std::int64_t head, std::int64_t width) {
+  const std::int64_t held = c.seqlens.data[b * c.seqlens.stride];
+  const std::int64_t page_size = cache.sizes[1];
+  Panel p;
+  p.width = width;
+  p.values.resize(std::size_t(keys * width));
+  for (std::int64_t j = 0; j < keys; ++j) {
+    std::int64_t page = b, row = j;
+    if (c.block_table.defined()) {
+      page = c.block_table.data[b * c.block_table.row_stride + j / page_size];
+      row = j % page_size;
+    } else if (c.batch_idx.defined()) {
+      page = c.batch_idx.data[b * c.batch_idx.stride];
+    }
+    for (std::int64_t e = 0; e < width; ++e)
+      p.values[std::size_t(j * width + e)] = j < held ? at4(cache, page, row, head, e) : at4(fresh, b, j - held, head, e);
+  }
+  return p;
+}
+
 // Four partial sums: independent chains the compiler can keep in flight; the order of a float64
 // sum does not matter at the tolerances checked.
 double dot(const double* a, const double* b, std::int64_t n) {
@@ -112,7 +137,8 @@ struct Operands {
 
 // heads: the selected query heads, group by group (kv head kv_heads[g] owns heads[g*G .. g*G+G)).
 Operands gather_operands(const Problem& pr, const std::vector<std::int64_t>& seqs, const std::vector<std::int64_t>& heads,
-                         const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef* dout) {
+                         const TensorRef& q, const TensorRef& k, const TensorRef& v, const TensorRef* dout,
+                         const KvCache* cache = nullptr) {
   Operands ops;
   ops.group = pr.group_size();
   ops.heads = std::int64_t(heads.size());
@@ -131,8 +157,13 @@ Operands gather_operands(const Problem& pr, const std::vector<std::int64_t>& seq
       if (dout) ops.dout[at] = gather(*dout, s.batch, s.q_begin, s.q_len, h, pr.head_dim_v);
       if (sh % ops.group == 0) {
         const std::size_t kv = sb * std::size_t(ops.kv_heads) + std::size_t(sh / ops.group);
-        ops.k[kv] = gather(k, s.batch, s.k_begin, s.k_len, hk, pr.head_dim);
-        ops.v[kv] = gather(v, s.batch, s.k_begin, s.k_len, hk, pr.head_dim_v);
+        if (cache != nullptr && cache->enabled()) {
+          ops.k[kv] = gather_cached(k, cache->k_new, *cache, s.batch, s.k_len, hk, pr.head_dim);
+          ops.v[kv] = gather_cached(v, cache->v_new, *cache, s.batch, s.k_len, hk, pr.head_dim_v);
+        } else {
+          ops.k[kv] = gather(k, s.batch, s.k_begin, s.k_len, hk, pr.head_dim);
+          ops.v[kv] = gather(v, s.batch, s.k_begin, s.k_len, hk, pr.head_dim_v);
+        }
       }
     }
   }
@@ -251,7 +282,7 @@ Status run_forward(const ForwardArgs& args, ForwardResult* result, const Progres
   const std::vector<std::int64_t> seqs = select(selection.sequences, pr.batch);
   const std::vector<std::int64_t> heads = selected_heads(pr, selection);
   const std::int64_t nh = std::int64_t(heads.size());
-  const Operands ops = gather_operands(pr, seqs, heads, q, args.k, args.v, nullptr);
+  const Operands ops = gather_operands(pr, seqs, heads, q, args.k, args.v, nullptr, &args.kv_cache);
   // Rows are independent: blocks of them keep every core busy when a sampled selection has fewer
   // (sequence, head) pairs than there are cores (4 pairs for `memattn run --verify`'s default).
   const std::int64_t blocks = blocks_of(longest(pr, seqs, &Sequence::q_len), kRowBlock);
