@@ -46,8 +46,9 @@ struct Api {
   Status (*backward)(const BackwardArgs&);
 };
 
-// 2: Options gained `overrides`; 3: Varlen holds sized, strided views; 4: and length bounds
-constexpr int kApiVersion = 4;
+// 2: Options gained `overrides`; 3: Varlen holds sized, strided views; 4: and length bounds;
+// 5: ForwardArgs gained `kv_cache`
+constexpr int kApiVersion = 5;
 constexpr const char* kApiCapsuleName = "memattn._C._api";
 
 }  // namespace memattn::python

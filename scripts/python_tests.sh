@@ -36,7 +36,7 @@ for version in "${versions[@]}"; do
   }
   pip_install --upgrade numpy pytest hypothesis scikit-build-core pybind11
   pip_install --upgrade --no-deps "$spec"
-  "$venv/bin/python" - <<'EOF_REQS' | while read -r requirement; do pip_install "$requirement" || exit 1; done
+  mapfile -t requirements < <("$venv/bin/python" - <<'EOF_REQS'
 import importlib.metadata
 from packaging.requirements import Requirement  # scikit-build-core's dependency
 for text in importlib.metadata.requires("torch") or []:
@@ -44,6 +44,12 @@ for text in importlib.metadata.requires("torch") or []:
     if requirement.name != "triton" and (requirement.marker is None or requirement.marker.evaluate({"extra": ""})):
         print(requirement)
 EOF_REQS
+  )
+  ((${#requirements[@]})) || { echo "python tests: no requirement of torch read" >&2; exit 1; }
+  for requirement in "${requirements[@]}"; do pip_install "$requirement"; done
+  # Once more together: one requirement's own dependencies may have moved an earlier one off
+  # torch's pin (nvidia-cusolver brings the newest nvidia-cusparse); this puts every pin back.
+  pip_install "${requirements[@]}"
   torch_version=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
   echo "python tests: torch $torch_version ($version) installed in $((SECONDS - start)) s"
 

@@ -19,7 +19,8 @@ from torch import Tensor
 from . import _C, _ops
 
 __version__ = _C.version()
-__all__ = ["attention", "scaled_dot_product_attention", "dropout_mask", "__version__"]
+__all__ = ["attention", "attention_with_kvcache", "scaled_dot_product_attention", "merge_attention_states",
+           "dropout_mask", "__version__"]
 
 _UNBOUNDED = -1
 _INT64_MAX = 2**63 - 1
@@ -194,6 +195,54 @@ def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqst
         _last_dim_contiguous("q", q), _last_dim_contiguous("k", k), _last_dim_contiguous("v", v), _bias(bias, q),
         left, right, alignment == "bottom_right", dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k, *bounds,
         _flag("deterministic", deterministic), bhmd=bhmd)
+
+
+def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor] = None,
+                           v_new: Optional[Tensor] = None, *, cache_seqlens, block_table: Optional[Tensor] = None,
+                           cache_batch_idx: Optional[Tensor] = None, causal: bool = True,
+                           window: Optional[Tuple[Optional[int], Optional[int]]] = None, scale: Optional[float] = None,
+                           num_splits: Optional[int] = None, return_lse: bool = False):
+    """Attention of q [B, Mq, Hq, D] over a KV cache (inference), after appending k_new/v_new.
+
+    The cache is contiguous, k_cache [B_cache, Mk_max, Hk, D] and v_cache [B_cache, Mk_max, Hk, Dv]
+    (sequence b in row cache_batch_idx[b], default b), or paged, [num_pages, page_size, Hk, D/Dv]
+    with block_table [B, max_pages] int32 (position j of sequence b in page block_table[b, j //
+    page_size], row j % page_size; any page size). cache_seqlens [B] int32 (or one int for all) is
+    the keys each sequence holds; k_new [B, M_new, Hk, D] and v_new are written in place at
+    positions cache_seqlens[b] onwards, and q attends to all cache_seqlens[b] + M_new keys, its Mq
+    rows being the last positions: causal and window masks are aligned bottom-right. cache_seqlens
+    is not updated. Every index is checked before the cache is written (pages in range, lengths
+    within capacity, no slot written that another position uses). num_splits: over how many
+    parts each sequence's keys are split on CUDA (None: the library's choice). No gradient: this
+    is for inference. Returns out [B, Mq, Hq, Dv] (and the float32 LSE [B, Hq, Mq] with
+    return_lse), as flash_attn_with_kvcache does."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, Tensor) or t.dim() != 4:
+            raise ValueError(f"memattn: {name} must be a 4-d tensor")
+    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((q.shape[0],), _int("cache_seqlens", cache_seqlens, 0, 2**31 - 1),
+                                   dtype=torch.int32, device=q.device)
+    cache_seqlens = _index("cache_seqlens", cache_seqlens, q)
+    cache_batch_idx = _index("cache_batch_idx", cache_batch_idx, q)
+    if block_table is not None:
+        if not isinstance(block_table, Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2:
+            raise ValueError("memattn: block_table must be a 2-d int32 tensor [B, max_pages]")
+        if block_table.device != q.device:
+            raise ValueError(f"memattn: block_table is on {block_table.device} but q is on {q.device}")
+        block_table = _last_dim_contiguous("block_table", block_table)
+    for name, t in (("k_new", k_new), ("v_new", v_new)):
+        if t is not None and (not isinstance(t, Tensor) or t.dim() != 4):
+            raise ValueError(f"memattn: {name} must be a 4-d tensor [B, M_new, Hk, D]")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(-1) != 1 and t.size(-1) != 1:
+            raise ValueError(f"memattn: {name} must have a contiguous last dimension (it is written in place)")
+    left, right = _window(_flag("causal", causal), window)
+    scale = None if scale is None else _real("scale", scale)
+    splits = 0 if num_splits is None else _int("num_splits", num_splits, 1, 2**31 - 1)
+    new = [None if t is None else _last_dim_contiguous(name, t) for name, t in (("k_new", k_new), ("v_new", v_new))]
+    out, lse = _ops.attention_kvcache(_last_dim_contiguous("q", q), k_cache, v_cache, *new, cache_seqlens,
+                                      cache_batch_idx, block_table, left, right, scale, splits)
+    return (out, lse) if return_lse else out
 
 
 def merge_attention_states(out_a: Tensor, lse_a: Tensor, out_b: Tensor, lse_b: Tensor) -> Tuple[Tensor, Tensor]:

@@ -349,3 +349,57 @@ def attend(*args, bhmd=False):
         args = (*map(_to_bmhk, args[:3]), *args[3:])
     out, lse = attention_forward(*args) if tracing else _EagerAttention.apply(*args)
     return (_to_bmhk(out) if bhmd else out), lse
+
+
+def _table(t):
+    """A block table as the library takes it: (address, rows, cols, row stride)."""
+    return None if t is None else (t.data_ptr(), t.shape[0], t.shape[1], t.stride(0))
+
+
+def _check_cache_shapes(q, k_cache, v_cache, k_new, v_new):
+    """The library's rules on the sizes and dtypes of a cache call, for the fake implementation
+    (src/core/problem.cpp, kv_cache.cpp); the values of the index arrays are the library's to check
+    when it runs."""
+    for name, t in (("q", q), ("k", k_cache), ("v", v_cache), ("kv_cache.k_new", k_new), ("kv_cache.v_new", v_new)):
+        if t is not None and (t.dim() != 4 or t.dtype != q.dtype):
+            raise ValueError(f"memattn: {name}: expected a rank-4 tensor of dtype {q.dtype}, got {t.dtype} {_shape(t)}")
+    hk = k_cache.shape[2]
+    if tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]) or k_cache.shape[3] != q.shape[3]:
+        raise ValueError(f"memattn: k: the cache {_shape(k_cache)} and v {_shape(v_cache)} must share their first "
+                         f"three dimensions, and k's D must be q's ({q.shape[3]})")
+    if hk == 0 and q.shape[2] > 0 or hk > 0 and q.shape[2] % hk != 0:
+        raise ValueError(f"memattn: k: query heads Hq = {q.shape[2]} must be a multiple of kv heads Hk = {hk}")
+    if (k_new is None) != (v_new is None):
+        raise ValueError("memattn: kv_cache.k_new: new keys and new values come together")
+    if k_new is not None:
+        want_k = (q.shape[0], k_new.shape[1], hk, q.shape[3])
+        want_v = (q.shape[0], k_new.shape[1], hk, v_cache.shape[3])
+        for name, t, want in (("kv_cache.k_new", k_new, want_k), ("kv_cache.v_new", v_new, want_v)):
+            if tuple(t.shape) != want:
+                raise ValueError(f"memattn: {name}: expected {list(want)}, got {_shape(t)}")
+
+
+@torch.library.custom_op("memattn::attention_kvcache", mutates_args=("k_cache", "v_cache"))
+def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor], v_new: Optional[Tensor],
+                      cache_seqlens: Tensor, cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor],
+                      window_left: int, window_right: int, scale: Optional[float],
+                      num_splits: int) -> tuple[Tensor, Tensor]:
+    """out [B, Mq, Hq, Dv] and lse [B, Hq, Mq] of q over a KV cache (memattn.attention_with_kvcache),
+    after writing k_new and v_new into k_cache and v_cache at cache_seqlens. Masks are aligned
+    bottom-right. The cache is the op's declared in-place update."""
+    out = allocate("out", (*q.shape[:-1], v_cache.shape[-1]), q.dtype, q.device)
+    lse = allocate("lse", (q.shape[0], q.shape[2], q.shape[1]), torch.float32, q.device)
+    opts = _options(q, window_left, window_right, True, 0.0, None, scale, None, None, None, -1, -1)
+    opts["num_splits"] = num_splits
+    _check(_C.forward_kvcache(_desc(q), _desc(k_cache), _desc(v_cache), _desc(out), _desc(lse), _index(cache_seqlens),
+                              _index(cache_batch_idx), _table(block_table), _desc(k_new), _desc(v_new), opts))
+    return out, lse
+
+
+@attention_kvcache.register_fake
+def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, block_table, window_left, window_right,
+      scale, num_splits):
+    _check_cache_shapes(q, k_cache, v_cache, k_new, v_new)
+    out = q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
+    lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return out, lse
