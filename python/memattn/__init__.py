@@ -285,7 +285,7 @@ def _merge_weights(lse_a: Tensor, lse_b: Tensor) -> Tuple[Tensor, Tensor, Tensor
 
 def dropout_mask(seed: int, offset: int, batch: int, heads_q: int, seqlen_q: int, seqlen_k: int, p: float) -> Tensor:
     """The keep mask [batch, heads_q, seqlen_q, seqlen_k] (bool) that dropout with (seed, offset)
-    applies, identical on every backend (Philox4x32-10; see the README for the mapping). Sizes
+    applies, identical on every backend (Philox4x32-10; docs/decisions.md#dropout gives the mapping). Sizes
     are those the mapping covers (batch * heads_q <= 2^32, seqlen_q <= 2^32, seqlen_k <= 2^34);
     MemoryError when the mask does not fit in host memory."""
     seed = _int("dropout_mask seed", seed, 0, 2**64 - 1)
