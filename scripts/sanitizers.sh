@@ -42,12 +42,12 @@ if want clang || want fuzz; then
     suite "clang $(clang++ -dumpversion)" build-asan-clang -DCMAKE_CXX_COMPILER=clang++ -DMEMATTN_FUZZ=ON
   else
     cmake -S . -B build-asan-clang "${common[@]}" -DCMAKE_CXX_COMPILER=clang++ -DMEMATTN_FUZZ=ON >/dev/null
-    cmake --build build-asan-clang --target fuzz_api fuzz_tools
+    cmake --build build-asan-clang --target fuzz_api fuzz_kv_cache fuzz_tools
   fi
 fi
 if want fuzz; then
   seconds=${FUZZ_SECONDS:-60}
-  for target in fuzz_api fuzz_tools; do
+  for target in fuzz_api fuzz_kv_cache fuzz_tools; do
     FUZZ_ARTIFACTS=build-asan-clang/fuzz-artifacts tests/fuzz/run_fuzz.sh "build-asan-clang/tests/$target" \
       "tests/fuzz/seeds/$target" "$seconds"
   done
