@@ -134,6 +134,65 @@ expect 0 "result: PASS" run "${small[@]}" --seed 18446744073709551615 --dropout 
 expect 0 "mask(50,90,top-left)" run --backend "$backend" --iters 1 --verify --dtype bf16 --load "$tmp/a" \
   --seqlen-q 8 --seqlen-k 8 --window-left 50 --window-right 5000
 
+# KV cache (forward only): the reference is taken from the cache before the call, and the cache
+# after it must be that one with the new keys at their slots (lines k_cache, v_cache). CPU runs
+# whatever the backend under test, as the CUDA backend takes no cache yet.
+cache_pass() {  # cache_pass <args...>: exit 0, out, lse and both cache lines PASS, result PASS
+  "$bin" run --backend cpu --iters 1 "$@" --verify >"$tmp/out" 2>&1
+  local got=$? line missing=""
+  for line in "^  out  .*PASS$" "^  lse  .*PASS$" "^  k_cache .*: 0 of [1-9][0-9]* elements differ  PASS$" \
+              "^  v_cache .*: 0 of [1-9][0-9]* elements differ  PASS$" "^result: PASS$"; do
+    grep -q -- "$line" "$tmp/out" || missing+=" '$line'"
+  done
+  if [[ $got -ne 0 || -n $missing ]]; then
+    echo "FAIL: memattn run --backend cpu --iters 1 $* --verify -> exit $got, missing$missing; output:"
+    sed 's/^/    /' "$tmp/out" | tail -n 15
+    failures=$((failures + 1))
+  else
+    echo "ok:   memattn run --backend cpu $* --verify"
+  fi
+}
+cache_pass --kv-cache paged --page-size 7 --cache-len 100 --new-keys 3
+cache_pass --kv-cache contiguous --cache-len 100 --new-keys 3
+cache_pass --kv-cache paged --page-size 1 --batch 3 --seqlen-q 1 --cache-len 40 --new-keys 1 --causal --heads-q 4 --heads-k 2 --dtype fp32
+cache_pass --kv-cache paged --page-size 16 --batch 2 --seqlen-q 5 --cache-len 0 --new-keys 5 --causal --dtype fp16
+cache_pass --kv-cache contiguous --batch 2 --seqlen-q 4 --seqlen-k 50 --new-keys 6 --window-left 9 --head-dim 40 --head-dim-v 24
+expect 0 "kv-cache=paged(page=7) cached=100 new=3" run --backend cpu --iters 0 --kv-cache paged --page-size 7 --cache-len 100 --new-keys 3
+expect 0 "mask(inf,0,bottom-right) kv-cache=contiguous cached=13 new=0" run --backend cpu --iters 0 --kv-cache contiguous --seqlen-q 2 --seqlen-k 13 --causal
+"$bin" run --backend cpu --iters 1 --verify --kv-cache paged --page-size 7 --cache-len 100 --new-keys 3 --json >"$tmp/json" 2>/dev/null
+json_rc=$?
+if [[ $json_rc -eq 0 && $(wc -l <"$tmp/json") -eq 1 ]] && grep -q '"verify":"pass"' "$tmp/json" &&
+   grep -q '"kv_cache":"paged","page_size":7,"cache_len":100,"new_keys":3' "$tmp/json" && grep -q '"k_cache":{' "$tmp/json"; then
+  echo "ok:   --json with --kv-cache"
+else
+  echo "FAIL: --json with --kv-cache (exit $json_rc) output:"; cat "$tmp/json"; failures=$((failures + 1))
+fi
+expect 0 "^  forward  -> cpu-fast forward" kernels --backend cpu --kv-cache paged --page-size 7 --cache-len 100 --new-keys 3
+expect 0 "^  backward -> none: the backward takes no KV cache" kernels --backend cpu --kv-cache contiguous
+if [[ $backend != cpu ]]; then  # the plan, or the library's reason for taking no cache
+  expect 0 "^  forward  -> \(fwd_\|.*kv_cache: \)" kernels --backend "$backend" --kv-cache paged --seqlen-q 1 --cache-len 100 --new-keys 1
+fi
+# A top-left mask with a cache: the library's reason reaches the user.
+expect 2 "error: invalid argument: mask.alignment: with a KV cache .* bottom_right" \
+  run --backend cpu --kv-cache paged --causal --alignment top-left
+expect 2 "^  forward  -> invalid argument: mask.alignment:" kernels --backend cpu --kv-cache paged --causal --alignment top-left
+# Bad combinations name the flag.
+expect 2 "^--page-size: must be >= 1, got 0$" run --kv-cache paged --page-size 0
+expect 2 "^--cache-len: must be >= 0, got -1$" run --kv-cache paged --cache-len -1
+expect 2 "^--new-keys: must be >= 0, got -2$" run --kv-cache paged --new-keys -2
+expect 2 "^--kv-cache: " run --kv-cache ring
+expect 2 "error: --page-size: .*needs --kv-cache paged" run --backend cpu --page-size 8
+expect 2 "error: --page-size: .*needs --kv-cache paged" run --backend cpu --kv-cache contiguous --page-size 8
+expect 2 "error: --cache-len: needs --kv-cache" run --backend cpu --cache-len 8
+expect 2 "error: --new-keys: needs --kv-cache" run --backend cpu --new-keys 1
+expect 2 "error: --varlen: not with --kv-cache" run --backend cpu --kv-cache paged --varlen 3,4
+expect 2 "error: --bias: not with --kv-cache" run --backend cpu --kv-cache paged --bias dense
+expect 2 "error: --dropout: must be 0 with --kv-cache" run --backend cpu --kv-cache paged --dropout 0.1
+expect 2 "error: --pass: both runs the backward, which takes no KV cache" run --backend cpu --kv-cache paged --pass both
+expect 2 "error: --save: not with --kv-cache" run --backend cpu --kv-cache paged --save "$tmp/c"
+expect 2 "error: --cache-len: 10 cached keys plus 2 new ones" run --backend cpu --kv-cache paged --cache-len 10 --new-keys 2 --seqlen-k 13
+expect 2 "error: --new-keys: 11 new keys are more than the 10 keys" run --backend cpu --kv-cache paged --seqlen-k 10 --new-keys 11
+
 expect 2 "no-such-flag" run --no-such-flag
 expect 2 "subcommand" frobnicate
 expect 0 "^[0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*$" --version

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "support/seed.hpp"
@@ -203,6 +205,97 @@ TEST(Workload, BytesBeforeAllocationMatchTheBuffers) {
   huge = spec(DType::f32);
   huge.batch = std::numeric_limits<std::int64_t>::max();
   EXPECT_FALSE(workload_bytes(huge, &bytes));
+  EXPECT_EQ(bytes, -1);
+}
+
+ProblemSpec cache_spec(CacheLayout layout, std::int64_t page_size) {
+  ProblemSpec s = spec(DType::f32);
+  s.batch = 3;
+  s.seqlen_q = 4;
+  s.seqlen_k = 0;  // the Workload sets it: cache_len + new_keys
+  s.bias.reset();
+  s.padding = 0;
+  s.mask = Mask::causal(Alignment::bottom_right);
+  s.cache = {layout, page_size, 30, 4};
+  return s;
+}
+
+// A KV cache's workload: k and v are the cache tensors and there are no backward tensors; every
+// cached position has a slot of its own, those slots hold numbers and every other slot NaN (so a
+// kernel that reads one shows it); a paged cache's block table lists distinct pages, not in order.
+TEST(Workload, KvCacheSlotsAndPages) {
+  const std::uint64_t seed = memattn::testing::next_seed();
+  for (const auto& [layout, page] : {std::pair{CacheLayout::paged, std::int64_t(7)}, std::pair{CacheLayout::paged, std::int64_t(1)},
+                                     std::pair{CacheLayout::paged, std::int64_t(100)}, std::pair{CacheLayout::contiguous, std::int64_t(0)}}) {
+    SCOPED_TRACE(std::string(to_string(layout)) + ", page size " + std::to_string(page));
+    const ProblemSpec s = cache_spec(layout, page);
+    Workload w(s);
+    EXPECT_EQ(w.spec().seqlen_k, 34);
+    for (Tensor t : {Tensor::dout, Tensor::dq, Tensor::dk, Tensor::dv}) EXPECT_FALSE(w.has(t)) << to_string(t);
+    ASSERT_TRUE(w.has(Tensor::k_new) && w.has(Tensor::v_new));
+    EXPECT_EQ(w.host(Tensor::k_new).view.sizes[1], 4);
+    w.fill_inputs(seed);
+    const TensorRef& k = w.host(Tensor::k).view;
+    const std::int64_t rows = k.sizes[0], cols = k.sizes[1], width = k.sizes[2] * k.sizes[3];
+    std::vector<int> held(std::size_t(rows * cols), 0);
+    for (std::int64_t b = 0; b < s.batch; ++b)
+      for (std::int64_t j = 0; j < 34; ++j) {
+        const auto [p, r] = w.cache_slot(b, j);
+        ASSERT_TRUE(p >= 0 && p < rows && r >= 0 && r < cols) << "sequence " << b << ", position " << j;
+        EXPECT_EQ(held[std::size_t(p * cols + r)]++, 0) << "two positions share page " << p << ", row " << r;
+        if (j >= 30) held[std::size_t(p * cols + r)] = -1;  // a new key's slot: NaN until the append
+      }
+    const std::vector<double> values = w.to_double(Tensor::k);
+    for (std::int64_t slot = 0; slot < rows * cols; ++slot)
+      for (std::int64_t e = 0; e < width; ++e)
+        ASSERT_EQ(std::isnan(values[std::size_t(slot * width + e)]), held[std::size_t(slot)] != 1) << "slot " << slot;
+    if (layout == CacheLayout::paged) {
+      const std::vector<std::int32_t>& table = w.block_table();
+      const std::int64_t pages_per_seq = (34 + page - 1) / page;
+      ASSERT_EQ(std::int64_t(table.size()), s.batch * pages_per_seq);
+      EXPECT_EQ(rows, s.batch * pages_per_seq + 1) << "one spare page";
+      std::vector<std::int32_t> sorted = table;
+      std::sort(sorted.begin(), sorted.end());
+      EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << "a page listed twice";
+      bool identity = true;
+      for (std::size_t i = 0; i < table.size(); ++i) identity = identity && table[i] == std::int32_t(i);
+      EXPECT_FALSE(identity);
+    } else {
+      EXPECT_EQ(rows, s.batch);
+      EXPECT_EQ(cols, 34);
+    }
+    const Status valid = validate(w.forward_args());
+    EXPECT_TRUE(valid.ok()) << valid.to_string();
+    std::int64_t bytes = -1;
+    ASSERT_TRUE(workload_bytes(s, &bytes));
+    EXPECT_EQ(bytes, std::int64_t(w.host_bytes()));
+  }
+  // One sequence in one page: of two pages, the shuffle may list page 0, which is shifted.
+  ProblemSpec one = cache_spec(CacheLayout::paged, 64);
+  one.batch = 1;
+  EXPECT_EQ(Workload(one).block_table(), (std::vector<std::int32_t>{1}));
+}
+
+TEST(Workload, KvCacheBytesBeforeAllocation) {
+  ProblemSpec padded = cache_spec(CacheLayout::paged, 5);
+  padded.padding = 3;
+  padded.dtype = DType::bf16;
+  ProblemSpec no_new = cache_spec(CacheLayout::contiguous, 0);
+  no_new.cache.new_keys = 0;
+  for (const ProblemSpec& s : {padded, no_new}) {
+    std::int64_t bytes = -1;
+    ASSERT_TRUE(workload_bytes(s, &bytes)) << s.describe();
+    Workload w(s);
+    EXPECT_EQ(bytes, std::int64_t(w.host_bytes())) << s.describe();
+    EXPECT_EQ(w.has(Tensor::k_new), s.cache.new_keys > 0);
+  }
+  // Pages past what int32 block-table entries name, and lengths that overflow, are refused.
+  ProblemSpec many = cache_spec(CacheLayout::paged, 1);
+  many.cache.cache_len = std::int64_t(1) << 30;
+  std::int64_t bytes = -1;
+  EXPECT_FALSE(workload_bytes(many, &bytes));
+  many.cache.cache_len = std::numeric_limits<std::int64_t>::max();
+  EXPECT_FALSE(workload_bytes(many, &bytes));
   EXPECT_EQ(bytes, -1);
 }
 

@@ -122,6 +122,62 @@ Status parse_overrides(const ProblemFlags& f, tools::ProblemSpec* s) {
   return Status::Ok();
 }
 
+// --kv-cache, --page-size, --cache-len, --new-keys. The keys each query attends to are --seqlen-k
+// as without a cache: --cache-len defaults to it less the new keys, and when --cache-len is given
+// --seqlen-k defaults to their sum. The features the library takes no cache with are refused
+// here, naming their flags; a top-left mask is left to the library, whose message says why.
+Status parse_cache(const ProblemFlags& f, tools::ProblemSpec* s) {
+  if (f.kv_cache.empty()) {
+    if (f.page_size.has_value()) return bad("--page-size: pages are a paged cache's; it needs --kv-cache paged");
+    if (f.cache_len.has_value()) return bad("--cache-len: needs --kv-cache contiguous or paged");
+    if (f.new_keys.has_value()) return bad("--new-keys: needs --kv-cache contiguous or paged");
+    return Status::Ok();
+  }
+  const bool paged = f.kv_cache == "paged";
+  if (!paged && f.kv_cache != "contiguous") return bad("--kv-cache: unknown layout '" + f.kv_cache + "'");
+  if (f.page_size.has_value() && !paged)
+    return bad("--page-size: pages are a paged cache's; it needs --kv-cache paged (got --kv-cache " + f.kv_cache + ")");
+  if (!f.varlen.empty())
+    return bad("--varlen: not with --kv-cache: the cache gives each sequence's keys (--cache-len, --new-keys) and q is "
+               "[B, Mq, Hq, D]");
+  if (!f.varlen_k.empty()) return bad("--varlen-k: not with --kv-cache (the cache gives each sequence's keys)");
+  if (f.bias != "none") return bad("--bias: not with --kv-cache (the library takes no bias with a KV cache)");
+  if (f.dropout != 0.0) return bad("--dropout: must be 0 with --kv-cache (inference: the library takes no dropout with a cache)");
+  tools::CacheSpec& c = s->cache;
+  c.layout = paged ? tools::CacheLayout::paged : tools::CacheLayout::contiguous;
+  c.page_size = f.page_size.value_or(16);
+  c.new_keys = f.new_keys.value_or(0);
+  const std::string flag = f.cache_len.has_value() ? "--cache-len" : "--seqlen-k";
+  if (f.cache_len.has_value()) {
+    c.cache_len = *f.cache_len;
+    std::int64_t keys = 0;
+    if (!tools::checked_add(c.cache_len, c.new_keys, &keys))
+      return bad("--cache-len: " + std::to_string(c.cache_len) + " cached plus " + std::to_string(c.new_keys) +
+                 " new keys overflow 64 bits");
+    if (f.seqlen_k >= 0 && f.seqlen_k != keys)
+      return bad("--cache-len: " + std::to_string(c.cache_len) + " cached keys plus " + std::to_string(c.new_keys) +
+                 " new ones (--new-keys) make " + std::to_string(keys) + " keys per sequence, but --seqlen-k says " +
+                 std::to_string(f.seqlen_k) + "; leave --seqlen-k out or give their sum");
+    s->seqlen_k = keys;
+  } else {
+    if (c.new_keys > s->seqlen_k)
+      return bad("--new-keys: " + std::to_string(c.new_keys) + " new keys are more than the " +
+                 std::to_string(s->seqlen_k) + " keys each query attends to (--seqlen-k, default --seqlen-q); give "
+                 "--cache-len or a longer --seqlen-k");
+    c.cache_len = s->seqlen_k - c.new_keys;
+  }
+  // kv_cache.seqlens and the block table's entries are int32.
+  if (s->seqlen_k > std::numeric_limits<std::int32_t>::max())
+    return bad(flag + ": " + std::to_string(s->seqlen_k) + " keys per sequence (cached and new) are more than " +
+               std::to_string(std::numeric_limits<std::int32_t>::max()) + ", the most that int32 kv_cache.seqlens hold");
+  tools::CacheShape shape;
+  if (!tools::cache_shape(s->batch, c, &shape))
+    return bad("--page-size: " + std::to_string(s->batch) + " sequences of " + std::to_string(s->seqlen_k) +
+               " keys in pages of " + std::to_string(c.page_size) + " need more pages than int32 block-table "
+               "entries name; give a larger --page-size");
+  return Status::Ok();
+}
+
 }  // namespace
 
 CLI::Validator count_at_least_zero() { return integer_at_least<int>(0); }
@@ -193,6 +249,11 @@ Status check_host_memory(const tools::ProblemSpec& s, bool loaded, std::int64_t 
       sizes[0] = {"--varlen (rows in all:)", tq};
       sizes[1] = {"--varlen-k (rows in all:)", tk};
       sizes.erase(sizes.begin() + 2);
+    } else if (s.cache.enabled()) {
+      // The cache's tensors are sized by these rather than by --seqlen-k.
+      sizes[2] = {"--cache-len", s.cache.cache_len};
+      sizes.push_back({"--new-keys", s.cache.new_keys});
+      if (s.cache.layout == tools::CacheLayout::paged) sizes.push_back({"--page-size", s.cache.page_size});
     }
     const auto largest = std::max_element(sizes.begin(), sizes.end(),
                                           [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -218,7 +279,9 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
   app->add_option("--head-dim-v", f->head_dim_v, "Head dim Dv of v and the output (default: D)")->check(integer_at_least<std::int64_t>(1));
   app->add_option("--dtype", f->dtype, "Element type")->check(CLI::IsMember({"fp32", "fp16", "bf16"}));
   app->add_flag("--causal", f->causal, "Causal mask (window right = 0)");
-  app->add_option("--alignment", f->alignment, "Diagonal of causal/window masks")
+  app->add_option("--alignment", f->alignment,
+                  "Diagonal of causal/window masks (default top-left; with --kv-cache bottom-right, the only one a "
+                  "cache takes)")
       ->check(CLI::IsMember({"top-left", "bottom-right"}));
   app->add_option("--window-left", f->window_left, "Keys visible left of the diagonal (default unbounded; a window as wide as the longest "
                  "sequence or wider is that sequence's length: the same mask)")
@@ -237,6 +300,21 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
       ->check(non_empty());
   app->add_option("--varlen-k", f->varlen_k, "Variable lengths: key length of each sequence (default: as --varlen)")
       ->check(non_empty());
+  app->add_option("--kv-cache", f->kv_cache,
+                  "Forward only: keys and values from a KV cache, contiguous ([B, Mk, Hk, D] per tensor) or paged "
+                  "(pages of --page-size keys that a block table lists in a shuffled order); not with --varlen, "
+                  "--bias or --dropout")
+      ->check(CLI::IsMember({"contiguous", "paged"}));
+  app->add_option("--page-size", f->page_size, "Keys per page of --kv-cache paged (default 16)")
+      ->check(integer_at_least<std::int64_t>(1));
+  app->add_option("--cache-len", f->cache_len,
+                  "--kv-cache: keys each sequence's cache holds before the call (default: --seqlen-k less "
+                  "--new-keys; given, --seqlen-k defaults to --cache-len plus --new-keys)")
+      ->check(integer_at_least<std::int64_t>(0));
+  app->add_option("--new-keys", f->new_keys,
+                  "--kv-cache: keys appended to each sequence's cache after --cache-len (kv_cache.k_new, v_new), "
+                  "then attended to with the cached ones; the queries are the last --seqlen-q positions (default 0)")
+      ->check(integer_at_least<std::int64_t>(0));
   app->add_option("--backend", f->backend, "Backend")->check(CLI::IsMember({"auto", "cpu", "cuda", "reference"}));
   app->add_flag("--deterministic", f->deterministic, "Bit-reproducible backward (no atomics)");
   // The dispatcher's overrides (Options::overrides), for A/B comparisons and debugging.
@@ -301,7 +379,8 @@ Status make_spec(const ProblemFlags& f, tools::ProblemSpec* spec) {
     return bad("--causal: it means --window-right 0; give one or the other");
   s.mask.window_left = f.window_left;
   s.mask.window_right = f.causal ? 0 : f.window_right;
-  s.mask.alignment = f.alignment == "bottom-right" ? Alignment::bottom_right : Alignment::top_left;
+  const bool bottom_right = f.alignment == "bottom-right" || (f.alignment.empty() && !f.kv_cache.empty());
+  s.mask.alignment = bottom_right ? Alignment::bottom_right : Alignment::top_left;
   tools::BiasKind kind;
   if (!tools::parse_bias_kind(f.bias, &kind)) return bad("--bias: unknown kind '" + f.bias + "'");
   s.bias = tools::bias_pattern(kind);
@@ -320,9 +399,10 @@ Status make_spec(const ProblemFlags& f, tools::ProblemSpec* spec) {
     if (s.varlen_k.size() != s.varlen_q.size())
       return bad("--varlen-k: " + std::to_string(s.varlen_k.size()) + " lengths, but --varlen has " +
                  std::to_string(s.varlen_q.size()));
-  } else if (!f.varlen_k.empty()) {
+  } else if (!f.varlen_k.empty() && f.kv_cache.empty()) {
     return bad("--varlen-k: needs --varlen (the query lengths)");
   }
+  if (Status st = parse_cache(f, &s); !st.ok()) return st;
   *spec = s;
   return Status::Ok();
 }

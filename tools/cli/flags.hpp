@@ -16,7 +16,7 @@ struct ProblemFlags {
   std::int64_t batch = 1, seqlen_q = 1024, seqlen_k = -1, heads_q = 8, heads_k = -1, head_dim = 64, head_dim_v = -1;
   std::string dtype = "bf16";
   bool causal = false;
-  std::string alignment = "top-left";
+  std::string alignment;  // empty: top-left, or bottom-right with a KV cache (the only one it takes)
   std::int64_t window_left = kUnbounded, window_right = kUnbounded;
   std::string bias = "none";
   double dropout = 0.0;
@@ -30,6 +30,9 @@ struct ProblemFlags {
   std::vector<std::string> kernels;
   bool no_l2_groups = false, no_tail_split = false;
   int num_splits = 0;  // the forward's split keys: 0 = the dispatcher's choice
+  // A KV cache (workload's CacheSpec): kv_cache empty for none; the sizes unset unless given.
+  std::string kv_cache;
+  std::optional<std::int64_t> page_size, cache_len, new_keys;
 
   CLI::Option* size_options[5] = {};  // batch, seqlen-q, heads-q, head-dim, seqlen-k: given or not
 };

@@ -47,7 +47,10 @@ int kernels_command(ProblemFlags& flags, bool resources) {
   std::string plan;
   const Status f = describe_plan(w.forward_args(), &plan);
   std::cout << "  forward  -> " << (f.ok() ? plan : f.to_string()) << "\n";
-  const Status b = describe_plan(w.backward_args(), &plan);
+  // The backward takes no KV cache (nor has a cache's workload the backward's tensors to ask about).
+  Status b = Status::Ok();
+  if (spec.cache.enabled()) plan = "none: the backward takes no KV cache (memattn run --kv-cache runs the forward only)";
+  else b = describe_plan(w.backward_args(), &plan);
   std::cout << "  backward -> " << (b.ok() ? plan : b.to_string()) << "\n";
   // A pass without a kernel is information; only a problem the library rejects is an error.
   const auto bad = [](const Status& s) { return !s.ok() && s.code() != StatusCode::unsupported; };

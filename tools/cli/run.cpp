@@ -83,11 +83,43 @@ std::string json_escape(const std::string& s) {
 // Where the human-readable report goes: stdout, or stderr when --json owns stdout.
 std::ostream& text(const RunOptions& o) { return o.json ? std::cerr : std::cout; }
 
+// The run's flags that a KV cache changes: the pass (the backward takes no cache) and the .npy
+// folders, whose q, k, v files are a plain problem's.
+Status settle_cache_flags(bool cache, RunOptions* o) {
+  const auto bad = [](const std::string& m) { return Status{StatusCode::invalid_argument, m}; };
+  if (!cache) {
+    if (o->pass.empty()) o->pass = "both";
+    return Status::Ok();
+  }
+  if (o->pass.empty()) o->pass = "fwd";
+  if (o->pass != "fwd")
+    return bad("--pass: " + o->pass + " runs the backward, which takes no KV cache; leave --pass out with --kv-cache "
+               "(or give --pass fwd)");
+  if (!o->load_dir.empty()) return bad("--load: not with --kv-cache (the folder's q, k, v are a problem without a cache)");
+  if (!o->save_dir.empty()) return bad("--save: not with --kv-cache (a saved folder is read back as a problem without a cache)");
+  return Status::Ok();
+}
+
+void print_check(std::ostream& out, const tools::CheckLine& c) {
+  char line[256];
+  if (c.exact)
+    std::snprintf(line, sizeof line, "  %-7s the cache before the call with the new keys at their slots, bit for bit: "
+                  "%lld of %lld elements differ  %s\n", c.name.c_str(), static_cast<long long>(c.error.bad),
+                  static_cast<long long>(c.error.compared), c.pass() ? "PASS" : "FAIL");
+  else
+    std::snprintf(line, sizeof line, "  %-6s max abs %.3e  rel %.3e  (tolerance %.0e)%s  %s\n", c.name.c_str(),
+                  c.error.max_abs, c.error.rel_l2, c.tolerance,
+                  c.error.bad ? (" " + std::to_string(c.error.bad) + " unwritten/NaN").c_str() : "",
+                  c.pass() ? "PASS" : "FAIL");
+  out << line;
+}
+
 }  // namespace
 
 void add_run_flags(CLI::App* app, RunOptions* o) {
   add_problem_flags(app, &o->problem);
-  app->add_option("--pass", o->pass, "Which pass to run")->check(CLI::IsMember({"fwd", "bwd", "both"}));
+  app->add_option("--pass", o->pass, "Which pass to run (default both; fwd with --kv-cache, which has no backward)")
+      ->check(CLI::IsMember({"fwd", "bwd", "both"}));
   app->add_option("--iters", o->iters, "Timed iterations (after one checked run)")->check(count_at_least_zero());
   app->add_flag("--verify", o->verify, "Check the results against the float64 reference");
   app->add_option("--load", o->load_dir, "Read q.npy k.npy v.npy (bias.npy do.npy) from DIR")->check(non_empty_value());
@@ -100,6 +132,7 @@ Status prepare(RunOptions& o, Backend backend, tools::ProblemSpec* spec, std::un
                std::int64_t host_limit) {
   apply_backend_defaults(&o.problem, backend);
   if (Status s = make_spec(o.problem, spec); !s.ok()) return s;
+  if (Status s = settle_cache_flags(spec->cache.enabled(), &o); !s.ok()) return s;
   LoadedInputs loaded;
   if (!o.load_dir.empty())
     if (Status s = load_inputs(o.load_dir, spec, &loaded); !s.ok()) return s;
@@ -164,7 +197,19 @@ int run_command(RunOptions& o) {
   const ForwardArgs fargs = w.forward_args();
   if (Status s = describe_plan(fargs, &fwd.plan); !s.ok()) return fail(s);
   out << "backend: " << to_string(backend) << "\n  forward:  " << fwd.plan << "\n";
-  // The forward runs even for --pass bwd: the backward needs its output and LSE.
+  const reference::Selection sel = o.verify ? tools::sample_selection(w, kFullVerifyBudget) : reference::Selection{};
+  // The forward appends to a cache: the reference and the cache's snapshot are taken before it.
+  const bool cache = spec.cache.enabled();
+  reference::ForwardResult cache_ref;
+  tools::CacheSnapshot cache_before;
+  if (o.verify && cache) {
+    if (Status s = tools::forward_reference(w, sel, progress_printer("reference forward"), &cache_ref); !s.ok())
+      return fail(s);
+    cache_before = tools::snapshot_cache(w);
+  }
+  // The forward runs even for --pass bwd: the backward needs its output and LSE. With a cache,
+  // every call appends the same new keys to the same slots (seqlens stays), so each timed call is
+  // the same call as the checked one.
   if (Status s = time_pass(device, do_fwd ? o.iters : 0, [&] { return forward(fargs); }, &fwd); !s.ok()) return fail(s);
   fwd.ran = do_fwd;
   fwd.tflops = fwd.median_ms > 0 ? fwd_flops / (fwd.median_ms * 1e-3) / 1e12 : 0;
@@ -197,9 +242,11 @@ int run_command(RunOptions& o) {
   std::string verdict = "skipped";
   std::vector<tools::CheckLine> checks;
   if (o.verify) {
-    const reference::Selection sel = tools::sample_selection(w, kFullVerifyBudget);
     tools::VerifyReport fr, br;
-    if (do_fwd) {
+    if (cache) {
+      tools::check_forward(w, sel, cache_ref, &fr);
+      tools::check_cache_append(w, cache_before, &fr);
+    } else if (do_fwd) {
       if (Status s = tools::verify_forward(w, sel, progress_printer("reference forward"), &fr); !s.ok()) return fail(s);
     }
     if (do_bwd) {
@@ -209,11 +256,7 @@ int run_command(RunOptions& o) {
     out << "verify against the float64 reference (" << scope << "):\n";
     for (const tools::VerifyReport* r : {&fr, &br})
       for (const tools::CheckLine& c : r->lines) {
-        std::snprintf(line, sizeof line, "  %-6s max abs %.3e  rel %.3e  (tolerance %.0e)%s  %s\n", c.name.c_str(),
-                      c.error.max_abs, c.error.rel_l2, c.tolerance,
-                      c.error.bad ? (" " + std::to_string(c.error.bad) + " unwritten/NaN").c_str() : "",
-                      c.pass() ? "PASS" : "FAIL");
-        out << line;
+        print_check(out, c);
         checks.push_back(c);
       }
     verdict = fr.pass() && br.pass() ? "pass" : "fail";
@@ -227,6 +270,11 @@ int run_command(RunOptions& o) {
   if (o.json) {
     std::ostringstream j;
     j << "{\"problem\":\"" << json_escape(spec.describe()) << "\",\"backend\":\"" << to_string(backend) << "\"";
+    j << ",\"kv_cache\":\"" << tools::to_string(spec.cache.layout) << "\"";
+    if (cache) {
+      if (spec.cache.layout == tools::CacheLayout::paged) j << ",\"page_size\":" << spec.cache.page_size;
+      j << ",\"cache_len\":" << spec.cache.cache_len << ",\"new_keys\":" << spec.cache.new_keys;
+    }
     if (fwd.ran)
       j << ",\"fwd_plan\":\"" << json_escape(fwd.plan) << "\",\"fwd_ms\":" << fwd.median_ms << ",\"fwd_tflops\":" << fwd.tflops;
     if (bwd.ran)

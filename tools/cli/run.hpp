@@ -13,7 +13,7 @@ namespace memattn::cli {
 
 struct RunOptions {
   ProblemFlags problem;
-  std::string pass = "both";
+  std::string pass;  // fwd, bwd or both; empty: both, or fwd with a KV cache (prepare() settles it)
   int iters = 10;
   bool verify = false;
   std::string load_dir, save_dir;

@@ -1,4 +1,5 @@
-// The device mirror of a Workload: one device allocation per tensor plus the varlen arrays.
+// The device mirror of a Workload: one device allocation per tensor plus the varlen arrays and a
+// KV cache's seqlens and block table.
 #pragma once
 
 #include <cstddef>
@@ -28,9 +29,14 @@ struct Workload::Device {
   const std::int32_t* seqstart_q() const { return varlen[0]; }
   const std::int32_t* seqstart_k() const { return varlen[1]; }
   const std::int32_t* seqused_k() const { return varlen[2]; }
+  // Empty vectors stay null (no cache, or a contiguous one without a block table).
+  Status set_cache(const std::vector<std::int32_t>& seqlens, const std::vector<std::int32_t>& block_table);
+  const std::int32_t* cache_seqlens() const { return cache[0]; }
+  const std::int32_t* block_table() const { return cache[1]; }
 
   void* ptrs[int(Tensor::count)] = {};
   std::int32_t* varlen[3] = {nullptr, nullptr, nullptr};
+  std::int32_t* cache[2] = {nullptr, nullptr};
   void* workspace = nullptr;  // reserve_workspace's, when asked for
   std::size_t workspace_bytes = 0;
 };

@@ -13,6 +13,14 @@ Status check(cudaError_t err, const char* what) {
   return {StatusCode::device_error, std::string(what) + ": " + cudaGetErrorString(err)};
 }
 
+// A device copy of an int32 array into *out; an empty array leaves *out null.
+Status upload_indices(const std::vector<std::int32_t>& values, std::int32_t** out) {
+  if (values.empty()) return Status::Ok();
+  const std::size_t bytes = values.size() * sizeof(std::int32_t);
+  if (Status s = check(cudaMalloc(reinterpret_cast<void**>(out), bytes), "cudaMalloc"); !s.ok()) return s;
+  return check(cudaMemcpy(*out, values.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+}
+
 }  // namespace
 
 Status Workload::Device::create(std::unique_ptr<Device>* out) {
@@ -53,6 +61,8 @@ Workload::Device::~Device() {
     if (p) cudaFree(p);
   for (std::int32_t* p : varlen)
     if (p) cudaFree(p);
+  for (std::int32_t* p : cache)
+    if (p) cudaFree(p);
   if (workspace) cudaFree(workspace);
 }
 
@@ -89,15 +99,14 @@ Status Workload::Device::download(int tensor, void* dst, std::size_t bytes) cons
 Status Workload::Device::set_varlen(const std::vector<std::int32_t>& sq, const std::vector<std::int32_t>& sk,
                                     const std::vector<std::int32_t>& used) {
   const std::vector<std::int32_t>* arrays[3] = {&sq, &sk, &used};
-  for (int a = 0; a < 3; ++a) {
-    if (arrays[a]->empty()) continue;
-    const std::size_t bytes = arrays[a]->size() * sizeof(std::int32_t);
-    if (Status s = check(cudaMalloc(reinterpret_cast<void**>(&varlen[a]), bytes), "cudaMalloc"); !s.ok()) return s;
-    if (Status s = check(cudaMemcpy(varlen[a], arrays[a]->data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-        !s.ok())
-      return s;
-  }
+  for (int a = 0; a < 3; ++a)
+    if (Status s = upload_indices(*arrays[a], &varlen[a]); !s.ok()) return s;
   return Status::Ok();
+}
+
+Status Workload::Device::set_cache(const std::vector<std::int32_t>& seqlens, const std::vector<std::int32_t>& block_table) {
+  if (Status s = upload_indices(seqlens, &cache[0]); !s.ok()) return s;
+  return upload_indices(block_table, &cache[1]);
 }
 
 }  // namespace memattn::tools

@@ -20,5 +20,8 @@ Status Workload::Device::set_varlen(const std::vector<std::int32_t>&, const std:
                                     const std::vector<std::int32_t>&) {
   return {StatusCode::unsupported, "no CUDA"};
 }
+Status Workload::Device::set_cache(const std::vector<std::int32_t>&, const std::vector<std::int32_t>&) {
+  return {StatusCode::unsupported, "no CUDA"};
+}
 
 }  // namespace memattn::tools

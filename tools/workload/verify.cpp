@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
+
+#include "core/numeric.hpp"
 
 namespace memattn::tools {
 namespace {
@@ -93,6 +96,51 @@ CheckLine gradient_line(const char* name, const std::vector<double>& x, const st
   return line;
 }
 
+// One cache tensor after the append against the one before with the new rows written at their
+// slots: every element compared as bytes (NaN included); max_abs and rel_l2 over the finite pairs
+// say how far off the differing ones are.
+CheckLine append_line(const char* name, const Workload& w, Tensor cache, Tensor fresh, const std::vector<unsigned char>& before) {
+  const Buffer& after = w.host(cache);
+  const TensorRef& c = after.view;
+  const std::size_t item = dtype_size(c.dtype);
+  std::vector<unsigned char> expected = before;
+  const CacheSpec& spec = w.spec().cache;
+  if (w.has(fresh) && expected.size() == after.bytes.size()) {
+    const Buffer& rows = w.host(fresh);
+    const TensorRef& n = rows.view;
+    for (std::int64_t b = 0; b < n.sizes[0]; ++b)
+      for (std::int64_t m = 0; m < n.sizes[1]; ++m) {
+        const auto [page, row] = w.cache_slot(b, spec.cache_len + m);
+        for (std::int64_t h = 0; h < n.sizes[2]; ++h)
+          for (std::int64_t e = 0; e < n.sizes[3]; ++e) {
+            const std::int64_t to = page * c.strides[0] + row * c.strides[1] + h * c.strides[2] + e;
+            const std::int64_t from = b * n.strides[0] + m * n.strides[1] + h * n.strides[2] + e;
+            std::memcpy(expected.data() + std::size_t(to) * item, rows.bytes.data() + std::size_t(from) * item, item);
+          }
+      }
+  }
+  CheckLine line{name, {}, 0.0};
+  line.exact = true;
+  ErrorStats& st = line.error;
+  const std::size_t n = std::min(expected.size(), after.bytes.size()) / item;
+  double diff2 = 0, ref2 = 0;
+  for (std::size_t e = 0; e < n; ++e) {
+    ++st.compared;
+    const double want = detail::load_double(expected.data(), c.dtype, std::int64_t(e));
+    if (std::isfinite(want)) ref2 += want * want;
+    if (std::memcmp(expected.data() + e * item, after.bytes.data() + e * item, item) == 0) continue;
+    ++st.bad;
+    const double got = detail::load_double(after.bytes.data(), c.dtype, std::int64_t(e));
+    if (std::isfinite(want) && std::isfinite(got)) {
+      st.max_abs = std::max(st.max_abs, std::abs(got - want));
+      diff2 += (got - want) * (got - want);
+    }
+  }
+  st.bad += std::int64_t((std::max(expected.size(), after.bytes.size()) - std::min(expected.size(), after.bytes.size())) / item);
+  st.rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  return line;
+}
+
 }  // namespace
 
 bool VerifyReport::pass() const {
@@ -111,16 +159,32 @@ reference::Selection sample_selection(const Workload& w, double budget) {
   return sel;
 }
 
-Status verify_forward(const Workload& w, const reference::Selection& selection,
-                      const reference::Progress& progress, VerifyReport* report) {
-  ForwardArgs args = w.host_forward_args();
-  reference::ForwardResult ref;
-  if (Status s = reference::forward(args, &ref, progress, selection); !s.ok()) return s;
+Status forward_reference(const Workload& w, const reference::Selection& selection, const reference::Progress& progress,
+                         reference::ForwardResult* result) {
+  return reference::forward(w.host_forward_args(), result, progress, selection);
+}
+
+void check_forward(const Workload& w, const reference::Selection& selection, const reference::ForwardResult& ref,
+                   VerifyReport* report) {
   const double tol = output_tolerance(w.spec().dtype);
   report->scope = describe_selection(selection);
   report->lines.push_back({"out", compare(w.to_double(Tensor::out), ref.out), tol});
   if (w.has(Tensor::lse)) report->lines.push_back({"lse", compare(w.to_double(Tensor::lse), ref.lse), kLseTolerance});
+}
+
+Status verify_forward(const Workload& w, const reference::Selection& selection,
+                      const reference::Progress& progress, VerifyReport* report) {
+  reference::ForwardResult ref;
+  if (Status s = forward_reference(w, selection, progress, &ref); !s.ok()) return s;
+  check_forward(w, selection, ref, report);
   return Status::Ok();
+}
+
+CacheSnapshot snapshot_cache(const Workload& w) { return {w.host(Tensor::k).bytes, w.host(Tensor::v).bytes}; }
+
+void check_cache_append(const Workload& w, const CacheSnapshot& before, VerifyReport* report) {
+  report->lines.push_back(append_line("k_cache", w, Tensor::k, Tensor::k_new, before.k));
+  report->lines.push_back(append_line("v_cache", w, Tensor::v, Tensor::v_new, before.v));
 }
 
 Status verify_backward(const Workload& w, const reference::Selection& selection,

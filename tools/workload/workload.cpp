@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <sstream>
 
 #include "workload/device.hpp"
@@ -57,7 +58,7 @@ std::string describe_bias(const BiasPattern& pattern) {
 }
 
 const char* to_string(Tensor t) {
-  static const char* names[] = {"q", "k", "v", "bias", "out", "lse", "dout", "dq", "dk", "dv", "dbias"};
+  static const char* names[] = {"q", "k", "v", "bias", "out", "lse", "dout", "dq", "dk", "dv", "dbias", "k_new", "v_new"};
   return names[int(t)];
 }
 
@@ -97,6 +98,11 @@ std::string ProblemSpec::describe() const {
   if (dropout.p > 0) s << " dropout=" << dropout.p;
   if (kv_broadcast_batch) s << " kv-stride0";
   if (padding) s << " padded";
+  if (cache.enabled()) {
+    s << " kv-cache=" << to_string(cache.layout);
+    if (cache.layout == CacheLayout::paged) s << "(page=" << cache.page_size << ")";
+    s << " cached=" << cache.cache_len << " new=" << cache.new_keys;
+  }
   for (const KernelOverrides* o : {&forward_overrides, &backward_overrides})
     if (!o->kernel.empty()) s << " kernel=" << o->kernel;
   if (!forward_overrides.l2_sized_groups || !backward_overrides.l2_sized_groups) s << " no-l2-groups";
@@ -192,11 +198,26 @@ bool workload_bytes(const ProblemSpec& s, std::int64_t* bytes) {
   }
   const std::int64_t kv_batch = s.kv_broadcast_batch ? 1 : B;
   const std::int64_t item = std::int64_t(dtype_size(s.dtype));
-  // The rank-4 buffers of the constructor: q, k, v, out, dout, dq, dk, dv.
-  const std::array<std::int64_t, 4> shapes[] = {
-      {B, Mq, s.heads_q, s.head_dim},        {kv_batch, Mk, s.heads_k, s.head_dim}, {kv_batch, Mk, s.heads_k, s.head_dim_v},
-      {B, Mq, s.heads_q, s.head_dim_v},      {B, Mq, s.heads_q, s.head_dim_v},      {B, Mq, s.heads_q, s.head_dim},
-      {B, Mk, s.heads_k, s.head_dim},        {B, Mk, s.heads_k, s.head_dim_v}};
+  // The rank-4 buffers of the constructor: q, out, then k, v, dout, dq, dk, dv, or with a cache
+  // its k, v (and k_new, v_new).
+  std::vector<std::array<std::int64_t, 4>> shapes = {{B, Mq, s.heads_q, s.head_dim}, {B, Mq, s.heads_q, s.head_dim_v}};
+  if (s.cache.enabled()) {
+    CacheShape c;
+    if (!cache_shape(B, s.cache, &c)) return false;
+    shapes.push_back({c.rows, c.cols, s.heads_k, s.head_dim});
+    shapes.push_back({c.rows, c.cols, s.heads_k, s.head_dim_v});
+    if (s.cache.new_keys > 0) {
+      shapes.push_back({B, s.cache.new_keys, s.heads_k, s.head_dim});
+      shapes.push_back({B, s.cache.new_keys, s.heads_k, s.head_dim_v});
+    }
+  } else {
+    shapes.insert(shapes.end(), {{kv_batch, Mk, s.heads_k, s.head_dim},
+                                 {kv_batch, Mk, s.heads_k, s.head_dim_v},
+                                 {B, Mq, s.heads_q, s.head_dim_v},
+                                 {B, Mq, s.heads_q, s.head_dim},
+                                 {B, Mk, s.heads_k, s.head_dim},
+                                 {B, Mk, s.heads_k, s.head_dim_v}});
+  }
   std::int64_t total = 0, elements = 0, b = 0;
   for (const auto& sz : shapes)
     if (!padded_elements({sz[0], sz[1], sz[2], sz[3]}, P, &elements) || !checked_mul(elements, item, &b) ||
@@ -219,6 +240,8 @@ bool workload_bytes(const ProblemSpec& s, std::int64_t* bytes) {
 }
 
 Workload::Workload(const ProblemSpec& spec) : spec_(spec) {
+  std::int64_t keys = 0;
+  if (spec_.cache.enabled() && checked_add(spec_.cache.cache_len, spec_.cache.new_keys, &keys)) spec_.seqlen_k = keys;
   const ProblemSpec& s = spec_;
   const std::int64_t P = s.padding;
   const std::int64_t B = s.varlen() ? 1 : s.batch;
@@ -234,21 +257,25 @@ Workload::Workload(const ProblemSpec& spec) : spec_(spec) {
   }
   const DType dt = s.dtype;
   host(Tensor::q) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim}, P);
-  const std::int64_t kv_batch = s.kv_broadcast_batch ? 1 : B;
-  host(Tensor::k) = make_buffer(dt, {kv_batch, Mk, s.heads_k, s.head_dim}, P);
-  host(Tensor::v) = make_buffer(dt, {kv_batch, Mk, s.heads_k, s.head_dim_v}, P);
-  if (s.kv_broadcast_batch) {
-    for (Tensor t : {Tensor::k, Tensor::v}) {
-      host(t).view.sizes[0] = B;
-      host(t).view.strides[0] = 0;
-    }
-  }
   host(Tensor::out) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim_v}, P);
   if (s.with_lse) host(Tensor::lse) = make_buffer(DType::f32, {B, s.heads_q, Mq}, P);
-  host(Tensor::dout) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim_v}, P);
-  host(Tensor::dq) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim}, P);
-  host(Tensor::dk) = make_buffer(dt, {B, Mk, s.heads_k, s.head_dim}, P);
-  host(Tensor::dv) = make_buffer(dt, {B, Mk, s.heads_k, s.head_dim_v}, P);
+  if (s.cache.enabled()) {
+    build_cache(B);
+  } else {
+    const std::int64_t kv_batch = s.kv_broadcast_batch ? 1 : B;
+    host(Tensor::k) = make_buffer(dt, {kv_batch, Mk, s.heads_k, s.head_dim}, P);
+    host(Tensor::v) = make_buffer(dt, {kv_batch, Mk, s.heads_k, s.head_dim_v}, P);
+    if (s.kv_broadcast_batch) {
+      for (Tensor t : {Tensor::k, Tensor::v}) {
+        host(t).view.sizes[0] = B;
+        host(t).view.strides[0] = 0;
+      }
+    }
+    host(Tensor::dout) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim_v}, P);
+    host(Tensor::dq) = make_buffer(dt, {B, Mq, s.heads_q, s.head_dim}, P);
+    host(Tensor::dk) = make_buffer(dt, {B, Mk, s.heads_k, s.head_dim}, P);
+    host(Tensor::dv) = make_buffer(dt, {B, Mk, s.heads_k, s.head_dim_v}, P);
+  }
 
   if (s.bias) {
     const std::int64_t full[4] = {s.num_seqs(), s.heads_q, s.max_q(), s.max_k()};
@@ -269,6 +296,106 @@ Workload::Workload(const ProblemSpec& spec) : spec_(spec) {
 }
 
 Workload::~Workload() = default;
+
+const char* to_string(CacheLayout layout) {
+  switch (layout) {
+    case CacheLayout::none: return "none";
+    case CacheLayout::contiguous: return "contiguous";
+    case CacheLayout::paged: return "paged";
+  }
+  return "?";
+}
+
+bool cache_shape(std::int64_t batch, const CacheSpec& cache, CacheShape* shape) {
+  std::int64_t keys = 0;
+  if (!checked_add(cache.cache_len, cache.new_keys, &keys)) return false;
+  CacheShape c;
+  if (cache.layout == CacheLayout::paged) {
+    if (cache.page_size < 1) return false;
+    c.cols = cache.page_size;
+    // A block table has at least one column, even for sequences without keys.
+    c.pages_per_seq = std::max<std::int64_t>(1, keys / cache.page_size + (keys % cache.page_size != 0));
+    if (!checked_mul(batch, c.pages_per_seq, &c.rows) || !checked_add(c.rows, 1, &c.rows) ||
+        c.rows - 1 > std::numeric_limits<std::int32_t>::max())
+      return false;
+  } else {
+    c.rows = batch;
+    c.cols = keys;
+    c.pages_per_seq = 1;
+  }
+  *shape = c;
+  return true;
+}
+
+void Workload::build_cache(std::int64_t batch) {
+  const ProblemSpec& s = spec_;
+  if (!cache_shape(batch, s.cache, &cache_shape_)) return;  // workload_bytes refuses such a spec
+  const CacheShape& c = cache_shape_;
+  host(Tensor::k) = make_buffer(s.dtype, {c.rows, c.cols, s.heads_k, s.head_dim}, s.padding);
+  host(Tensor::v) = make_buffer(s.dtype, {c.rows, c.cols, s.heads_k, s.head_dim_v}, s.padding);
+  if (s.cache.new_keys > 0) {
+    host(Tensor::k_new) = make_buffer(s.dtype, {batch, s.cache.new_keys, s.heads_k, s.head_dim}, s.padding);
+    host(Tensor::v_new) = make_buffer(s.dtype, {batch, s.cache.new_keys, s.heads_k, s.head_dim_v}, s.padding);
+  }
+  cache_seqlens_.assign(std::size_t(batch), std::int32_t(s.cache.cache_len));
+  if (s.cache.layout != CacheLayout::paged) return;
+  // mt19937_64's stream is fixed by the standard (std::shuffle's use of it is not): the same
+  // pages on every platform.
+  std::vector<std::int32_t> order(std::size_t(c.rows));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(0x5eed'cace);
+  for (std::size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[std::size_t(rng() % (i + 1))]);
+  block_table_.assign(order.begin(), order.begin() + std::ptrdiff_t(batch * c.pages_per_seq));
+  // A table that came out as pages 0, 1, 2, ... would not tell a kernel that ignores it from one
+  // that reads it: shift it onto the spare page.
+  bool identity = true;
+  for (std::size_t i = 0; i < block_table_.size(); ++i) identity = identity && block_table_[i] == std::int32_t(i);
+  if (identity)
+    for (std::int32_t& page : block_table_) ++page;
+}
+
+std::pair<std::int64_t, std::int64_t> Workload::cache_slot(std::int64_t b, std::int64_t j) const {
+  if (spec_.cache.layout != CacheLayout::paged) return {b, j};
+  const CacheShape& c = cache_shape_;
+  return {block_table_[std::size_t(b * c.pages_per_seq + j / c.cols)], j % c.cols};
+}
+
+void Workload::poison_unused_slots() {
+  const CacheShape& c = cache_shape_;
+  std::vector<bool> used(std::size_t(c.rows * c.cols), false);
+  for (std::int64_t b = 0; b < std::int64_t(cache_seqlens_.size()); ++b)
+    for (std::int64_t j = 0; j < spec_.cache.cache_len; ++j) {
+      const auto [page, row] = cache_slot(b, j);
+      used[std::size_t(page * c.cols + row)] = true;
+    }
+  for (Tensor t : {Tensor::k, Tensor::v}) {
+    Buffer& buf = host(t);
+    const TensorRef& view = buf.view;
+    for (std::int64_t page = 0; page < c.rows; ++page)
+      for (std::int64_t row = 0; row < c.cols; ++row) {
+        if (used[std::size_t(page * c.cols + row)]) continue;
+        for (std::int64_t h = 0; h < view.sizes[2]; ++h)
+          for (std::int64_t e = 0; e < view.sizes[3]; ++e)
+            detail::store_float(buf.bytes.data(), view.dtype,
+                                page * view.strides[0] + row * view.strides[1] + h * view.strides[2] + e,
+                                std::numeric_limits<float>::quiet_NaN());
+      }
+  }
+}
+
+void Workload::set_cache_args(Memory memory, ForwardArgs* a) const {
+  const bool device = memory == Memory::device && device_;
+  const std::int64_t batch = std::int64_t(cache_seqlens_.size());
+  a->kv_cache.seqlens = make_index(device ? device_->cache_seqlens() : cache_seqlens_.data(), batch);
+  if (spec_.cache.layout == CacheLayout::paged) {
+    const std::int64_t cols = cache_shape_.pages_per_seq;
+    a->kv_cache.block_table = {device ? device_->block_table() : block_table_.data(), batch, cols, cols};
+  }
+  if (has(Tensor::k_new)) {
+    a->kv_cache.k_new = view(Tensor::k_new, memory);
+    a->kv_cache.v_new = view(Tensor::v_new, memory);
+  }
+}
 
 TensorRef Workload::view(Tensor t, Memory memory) const {
   TensorRef v = buffers_[int(t)].view;
@@ -305,6 +432,7 @@ ForwardArgs Workload::make_forward_args(Memory memory) const {
       a.varlen.max_seqlen_k = spec_.max_k();
     }
   }
+  if (spec_.cache.enabled()) set_cache_args(memory, &a);
   return a;
 }
 
@@ -350,7 +478,7 @@ BackwardArgs Workload::host_backward_args() const {
 }
 
 void Workload::fill_inputs(std::uint64_t seed) {
-  for (Tensor t : {Tensor::q, Tensor::k, Tensor::v, Tensor::bias, Tensor::dout}) {
+  for (Tensor t : {Tensor::q, Tensor::k, Tensor::v, Tensor::bias, Tensor::dout, Tensor::k_new, Tensor::v_new}) {
     Buffer& b = host(t);
     if (!b.view.defined()) continue;
     // Stride-0 views write the same element repeatedly; fill the underlying bytes instead.
@@ -359,6 +487,7 @@ void Workload::fill_inputs(std::uint64_t seed) {
 #pragma omp parallel for schedule(static)
     for (std::int64_t e = 0; e < n; ++e) detail::store_float(b.bytes.data(), b.view.dtype, e, normal(tseed, std::uint64_t(e)));
   }
+  if (spec_.cache.enabled()) poison_unused_slots();
   if (device_) copy_inputs_to_device();
 }
 
@@ -418,12 +547,14 @@ Status Workload::to_device() {
   if (Status s = Device::create(&dev); !s.ok()) return s;
   std::size_t needed = 0;
   for (const Buffer& b : buffers_) needed += b.bytes.size();
-  for (const auto* a : {&seqstart_q_, &seqstart_k_, &seqused_k_}) needed += a->size() * sizeof(std::int32_t);
+  for (const auto* a : {&seqstart_q_, &seqstart_k_, &seqused_k_, &cache_seqlens_, &block_table_})
+    needed += a->size() * sizeof(std::int32_t);
   if (Status s = Device::check_free(needed); !s.ok()) return s;
   for (int t = 0; t < int(Tensor::count); ++t)
     if (buffers_[t].view.defined())
       if (Status s = dev->allocate(t, buffers_[t].bytes.size()); !s.ok()) return s;
   if (Status s = dev->set_varlen(seqstart_q_, seqstart_k_, seqused_k_); !s.ok()) return s;
+  if (Status s = dev->set_cache(cache_seqlens_, block_table_); !s.ok()) return s;
   device_ = std::move(dev);
   if (Status s = copy_inputs_to_device(); !s.ok()) return s;
   for (Tensor t : {Tensor::out, Tensor::lse, Tensor::dq, Tensor::dk, Tensor::dv, Tensor::dbias})
@@ -434,7 +565,7 @@ Status Workload::to_device() {
 
 Status Workload::copy_inputs_to_device() {
   if (!device_) return Status::Ok();
-  for (Tensor t : {Tensor::q, Tensor::k, Tensor::v, Tensor::bias, Tensor::dout})
+  for (Tensor t : {Tensor::q, Tensor::k, Tensor::v, Tensor::bias, Tensor::dout, Tensor::k_new, Tensor::v_new})
     if (has(t))
       if (Status s = device_->upload(int(t), host(t).bytes.data(), host(t).bytes.size()); !s.ok()) return s;
   return Status::Ok();
@@ -444,6 +575,9 @@ Status Workload::copy_outputs_to_host() {
   if (!device_) return Status::Ok();
   for (Tensor t : {Tensor::out, Tensor::lse, Tensor::dq, Tensor::dk, Tensor::dv, Tensor::dbias})
     if (has(t))
+      if (Status s = device_->download(int(t), host(t).bytes.data(), host(t).bytes.size()); !s.ok()) return s;
+  if (spec_.cache.enabled())
+    for (Tensor t : {Tensor::k, Tensor::v})
       if (Status s = device_->download(int(t), host(t).bytes.data(), host(t).bytes.size()); !s.ok()) return s;
   return Status::Ok();
 }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memattn/attention.hpp"
@@ -22,6 +23,32 @@ const char* to_string(BiasKind kind);
 bool parse_bias_kind(const std::string& text, BiasKind* kind);
 std::optional<BiasPattern> bias_pattern(BiasKind kind);
 std::string describe_bias(const BiasPattern& pattern);
+
+// A KV cache (ForwardArgs::kv_cache) in place of plain k and v, as in decoding and chunked
+// prefill: each sequence's cache holds cache_len keys before the call, and new_keys more
+// (kv_cache.k_new, v_new) are appended after them and attended to, so every query sees
+// cache_len + new_keys keys (the spec's seqlen_k). Paged caches list their pages in a shuffled
+// order, so that a kernel which ignored the block table would read the wrong keys; every slot
+// that holds no cached key is NaN before the call, so that a read of one shows in the output.
+enum class CacheLayout { none, contiguous, paged };
+const char* to_string(CacheLayout layout);
+
+struct CacheSpec {
+  CacheLayout layout = CacheLayout::none;
+  std::int64_t page_size = 16;  // paged: keys per page, >= 1
+  std::int64_t cache_len = 0;   // keys each sequence holds before the call
+  std::int64_t new_keys = 0;    // appended at cache_len, then attended to
+
+  bool enabled() const { return layout != CacheLayout::none; }
+};
+
+// The first two sizes of the cache tensors k and v: paged, [num_pages, page_size] with
+// pages_per_seq pages per sequence and one page that no sequence lists; contiguous, [B, keys].
+// False when the counts overflow int64 or the pages are more than int32 block-table entries name.
+struct CacheShape {
+  std::int64_t rows = 0, cols = 0, pages_per_seq = 0;
+};
+bool cache_shape(std::int64_t batch, const CacheSpec& cache, CacheShape* shape);
 
 struct ProblemSpec {
   std::int64_t batch = 1;
@@ -50,6 +77,9 @@ struct ProblemSpec {
   Backend backend = Backend::automatic;
   // Options::overrides of each pass (the CUDA dispatcher's): a forced row is a row of one pass.
   KernelOverrides forward_overrides, backward_overrides;
+  // With a cache the workload has no backward tensors (the backward takes no cache), and the
+  // Workload sets seqlen_k to cache_len + new_keys.
+  CacheSpec cache;
 
   bool varlen() const { return !varlen_q.empty(); }
   std::int64_t num_seqs() const { return varlen() ? std::int64_t(varlen_q.size()) : batch; }
@@ -70,7 +100,9 @@ struct Buffer {
   TensorRef view;
 };
 
-enum class Tensor { q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, count };
+// With a KV cache, k and v are the cache tensors (written by the append) and k_new, v_new the
+// new keys and values.
+enum class Tensor { q, k, v, bias, out, lse, dout, dq, dk, dv, dbias, k_new, v_new, count };
 const char* to_string(Tensor t);
 
 class Workload {
@@ -90,7 +122,8 @@ class Workload {
   ForwardArgs host_forward_args() const;
   BackwardArgs host_backward_args() const;
 
-  // Random normal inputs (q, k, v, bias, dout), a pure function of seed and element index.
+  // Random normal inputs (q, k, v, bias, dout, k_new, v_new), a pure function of seed and element
+  // index; with a cache, NaN in every slot of k and v that holds no cached key.
   void fill_inputs(std::uint64_t seed);
   // NaN into every output buffer (out, lse, dq, dk, dv, dbias), host and device.
   void poison_outputs();
@@ -102,6 +135,7 @@ class Workload {
   // Device mirror (CUDA builds): allocate, copy inputs over; args then point at the device.
   Status to_device();
   bool on_device() const { return device_ != nullptr; }
+  // The outputs, and with a KV cache also k and v (which the append writes).
   Status copy_outputs_to_host();
   Status copy_inputs_to_device();
   // One device workspace for the forward and (with dout) the backward, which their args then
@@ -121,15 +155,25 @@ class Workload {
   // call copy_inputs_to_device() afterwards for a device mirror.
   void set_values(Tensor t, const std::vector<double>& values);
 
+  // With a cache: where key position j of sequence b lives, as (page or cache row, row within it):
+  // the slot's elements are k's [first, second, h, e].
+  std::pair<std::int64_t, std::int64_t> cache_slot(std::int64_t b, std::int64_t j) const;
+  const std::vector<std::int32_t>& block_table() const { return block_table_; }  // [B, pages_per_seq], paged
+
  private:
   enum class Memory { host, device };  // the host buffers, or the device mirror
   Memory where() const { return on_device() ? Memory::device : Memory::host; }
   ForwardArgs make_forward_args(Memory memory) const;
   BackwardArgs make_backward_args(Memory memory) const;
   TensorRef view(Tensor t, Memory memory) const;
+  void build_cache(std::int64_t batch);  // the cache's buffers, seqlens and block table
+  void poison_unused_slots();           // NaN where no cached key is
+  void set_cache_args(Memory memory, ForwardArgs* args) const;
   ProblemSpec spec_;
   Buffer buffers_[int(Tensor::count)];
   std::vector<std::int32_t> seqstart_q_, seqstart_k_, seqused_k_;
+  CacheShape cache_shape_;
+  std::vector<std::int32_t> cache_seqlens_, block_table_;
 
  public:
   struct Device;  // the CUDA mirror (device.hpp)
