@@ -89,14 +89,16 @@ const char* const kFlags[] = {"--batch", "--seqlen-q", "--seqlen-k", "--heads-q"
                               "--dtype", "--causal", "--alignment", "--window-left", "--window-right", "--bias", "--dropout",
                               "--seed", "--offset", "--scale", "--varlen", "--varlen-k", "--backend", "--deterministic",
                               "--kernel", "--no-l2-groups", "--no-tail-split", "--pass", "--iters", "--verify", "--load",
-                              "--save", "--json", "--resources", "--help", "--version", "-h", "--", "--batch=2"};
+                              "--save", "--json", "--resources", "--help", "--version", "-h", "--", "--batch=2",
+                              "--kv-cache", "--page-size", "--cache-len", "--new-keys"};
 const char* const kValues[] = {"0", "1", "2", "3", "7", "64", "65", "-1", "-0", "1.5", "0.5", "0.999999", "1e308", "-1e308",
                                "nan", "inf", "-inf", "1e-320", "0x10", "010", "", " ", "1,2", "3,0,5", "0,0", ",", "1,",
                                "2147483647", "2147483648", "1073741824", "1073741825", "4294967295", "4294967296",
                                "9223372036854775807", "9223372036854775808", "18446744073709551615",
                                "18446744073709551616", "99999999999999999999", "fp32", "fp16", "bf16", "fp64", "top-left",
                                "bottom-right", "none", "dense", "broadcast-batch", "broadcast-heads", "row", "cpu",
-                               "reference", "auto", "cuda", "fwd", "bwd", "both", "fwd_sm80_a", "bwd_sm80_b,fwd_sm80_c"};
+                               "reference", "auto", "cuda", "fwd", "bwd", "both", "fwd_sm80_a", "bwd_sm80_b,fwd_sm80_c",
+                               "contiguous", "paged"};
 
 std::vector<std::string> make_arguments(FuzzedDataProvider& f) {
   std::vector<std::string> args = {"memattn"};
