@@ -86,11 +86,12 @@ struct Options {
 // seqlens[b] + M_new - 1; the call then attends to all seqlens[b] + M_new keys, the Mq queries
 // being the last Mq positions, so a mask must be aligned bottom_right (causal decoding and chunked
 // prefill). seqlens itself is not updated: the caller adds M_new.
-// Validation reads seqlens, batch_idx and block_table on the host (on CUDA it copies them and waits)
-// and checks, before anything is written: every length within the cache's capacity, the page of
-// every position in use in [0, num_pages), and that no new key's slot is any other position's of
-// the call (nor, with batch_idx, two sequences one row). Not with a cache: bias, dropout, variable
-// lengths; the backward takes no cache.
+// Validation reads seqlens, batch_idx and block_table on the host and checks, before anything is
+// written: every length within the cache's capacity, the page of every position in use in
+// [0, num_pages), and that no new key's slot is any other position's of the call (nor, with
+// batch_idx, two sequences one row). Not with a cache: bias, dropout, variable
+// lengths; the backward takes no cache. The CPU and reference backends run cache calls; the CUDA
+// backend refuses them (unsupported) in this version.
 struct KvCache {
   IndexRef seqlens;        // [B]: keys in the cache per sequence before the call; enables the cache
   IndexRef batch_idx;      // optional [B], contiguous caches: the cache row of each sequence
