@@ -39,6 +39,27 @@ def reference(q, keys, values, lengths, causal, window):
     return out, lse
 
 
+def appended(keys, k_new, held):
+    """Each sequence's keys after the append: keys[b, :held[b]] then k_new[b], padded to the longest
+    ([B, max, Hk, D]), and their counts."""
+    lengths = [h + (0 if k_new is None else k_new.shape[1]) for h in held]
+    n = max(lengths)
+    rows = []
+    for b, h in enumerate(held):
+        parts = [keys[b, :h]] + ([] if k_new is None else [k_new[b]])
+        rows.append(torch.cat(parts + [keys.new_zeros(n - lengths[b], *keys.shape[2:])]))
+    return torch.stack(rows), lengths
+
+
+def expect_reference(out, q, keys, values, k_new, v_new, held, causal=True, window=None):
+    """out within its dtype's tolerance of the float64 reference over the keys after the append."""
+    all_keys, lengths = appended(keys, k_new, held)
+    all_values, _ = appended(values, v_new, held)
+    ref, _ = reference(q, all_keys, all_values, lengths, causal, window)
+    err = (out.double() - ref).norm() / ref.norm()
+    assert err <= TOLERANCE[out.dtype], err
+
+
 class Cache:
     """The same logical keys (each sequence's positions [0, capacity)) stored contiguous or paged
     (pages in a shuffled order, two spare pages); slots that hold no key are NaN."""
@@ -134,6 +155,7 @@ def test_paged_equals_contiguous_and_batch_idx():
         k_big[rows[b], held[b]:], v_big[rows[b], held[b]:] = math.nan, math.nan
     c = memattn.attention_with_kvcache(q, k_big, v_big, k_new, v_new, cache_seqlens=seqlens, cache_batch_idx=rows)
     assert torch.equal(a, c)
+    expect_reference(a, q, keys, values, k_new, v_new, held)
     # Both caches received the new keys at the same positions of their sequences.
     assert torch.equal(k_big[rows.long()].nan_to_num(5.0), contiguous.k.nan_to_num(5.0))
     assert torch.equal(v_big[rows.long()].nan_to_num(5.0), contiguous.v.nan_to_num(5.0))
@@ -156,6 +178,7 @@ def test_decoding_loop_grows_the_cache():
         seqlens += 1
         expected = memattn.attention(q, torch.cat(ks, 1), torch.cat(vs, 1))
         assert torch.allclose(out, expected, rtol=1e-6, atol=1e-6)
+        expect_reference(out, q, torch.cat(ks, 1), torch.cat(vs, 1), None, None, [len(ks)] * 2)
 
 
 def refused(match, q, k, v, **kwargs):
@@ -198,6 +221,7 @@ def test_one_int_length_and_no_mask():
     out = memattn.attention_with_kvcache(q, cache.k, cache.v, cache_seqlens=20, causal=False)
     expected = memattn.attention(q, keys[:, :20], values[:, :20])
     assert torch.allclose(out, expected, rtol=1e-6, atol=1e-6)
+    expect_reference(out, q, keys, values, None, None, [20] * 3, causal=False)
 
 
 def test_compiled_call_updates_the_cache_as_eager_does():
@@ -216,6 +240,7 @@ def test_compiled_call_updates_the_cache_as_eager_does():
     compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
     got = compiled(q, compiled_cache.k, compiled_cache.v, k_new, v_new, seqlens, compiled_cache.block_table)
     assert torch.equal(got, expected)
+    expect_reference(expected / 2, q, keys, values, k_new, v_new, [3, 8, 1])
     assert torch.equal(compiled_cache.k.nan_to_num(1.0), eager.k.nan_to_num(1.0))
     assert torch.equal(compiled_cache.v.nan_to_num(1.0), eager.v.nan_to_num(1.0))
 
