@@ -142,21 +142,16 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "forward_kvcache",
       [](const py::object& q, const py::object& k_cache, const py::object& v_cache, const py::object& out,
-         const py::object& lse, const py::tuple& seqlens, const py::tuple& batch_idx, const py::object& block_table,
-         const py::object& k_new, const py::object& v_new, const py::dict& options) {
+         const py::object& lse, const py::object& k_new, const py::object& v_new, const py::dict& options) {
         memattn::ForwardArgs a;
         settings(options).apply(&a);
         a.overrides.num_splits = options["num_splits"].cast<int>();
         a.q = tensor(q), a.k = tensor(k_cache), a.v = tensor(v_cache), a.out = tensor(out), a.lse = tensor(lse);
-        const auto index_of = [](const py::tuple& t) {  // (address, elements, stride)
-          return memattn::IndexRef{reinterpret_cast<const std::int32_t*>(t[0].cast<std::uintptr_t>()),
-                                   t[1].cast<std::int64_t>(), t[2].cast<std::int64_t>()};
-        };
         memattn::KvCache& c = a.kv_cache;
-        c.seqlens = index_of(seqlens);
-        c.batch_idx = index_of(batch_idx);
-        if (!block_table.is_none()) {  // (address, rows, cols, row stride)
-          const auto t = block_table.cast<py::tuple>();
+        c.seqlens = index(options, "cache_seqlens").ref();
+        c.batch_idx = index(options, "cache_batch_idx").ref();
+        if (const py::object table = options["block_table"]; !table.is_none()) {  // (address, rows, cols, row stride)
+          const auto t = table.cast<py::tuple>();
           c.block_table = {reinterpret_cast<const std::int32_t*>(t[0].cast<std::uintptr_t>()), t[1].cast<std::int64_t>(),
                            t[2].cast<std::int64_t>(), t[3].cast<std::int64_t>()};
         }

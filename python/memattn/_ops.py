@@ -390,9 +390,10 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Option
     out = allocate("out", (*q.shape[:-1], v_cache.shape[-1]), q.dtype, q.device)
     lse = allocate("lse", (q.shape[0], q.shape[2], q.shape[1]), torch.float32, q.device)
     opts = _options(q, window_left, window_right, True, 0.0, None, scale, None, None, None, -1, -1)
-    opts["num_splits"] = num_splits
-    _check(_C.forward_kvcache(_desc(q), _desc(k_cache), _desc(v_cache), _desc(out), _desc(lse), _index(cache_seqlens),
-                              _index(cache_batch_idx), _table(block_table), _desc(k_new), _desc(v_new), opts))
+    opts.update(num_splits=num_splits, cache_seqlens=_index(cache_seqlens), cache_batch_idx=_index(cache_batch_idx),
+                block_table=_table(block_table))
+    _check(_C.forward_kvcache(_desc(q), _desc(k_cache), _desc(v_cache), _desc(out), _desc(lse), _desc(k_new),
+                              _desc(v_new), opts))
     return out, lse
 
 

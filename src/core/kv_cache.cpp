@@ -181,9 +181,9 @@ Status check_kv_cache(const KvCache& c, const Options& opt, const TensorRef& q, 
       return invalid("kv_cache.seqlens: sequence " + str(b) + " holds " + str(held) + " keys and " +
                      str(cache.new_keys) + " new ones come (kv_cache.k_new); its cache holds " + capacity_text);
     longest = std::max(longest, held + cache.new_keys);
-    // The pages of the positions in use; the table's later entries are never read.
-    const std::int64_t in_use = paged ? (held + cache.new_keys + cache.page_size - 1) / std::max<std::int64_t>(cache.page_size, 1)
-                                      : (held + cache.new_keys > 0 ? 1 : 0);
+    // The pages of the positions in use (a contiguous cache's one row, when it holds a key); the
+    // table's later entries are never read.
+    const std::int64_t in_use = (held + cache.new_keys + cache.page_size - 1) / std::max<std::int64_t>(cache.page_size, 1);
     for (std::int64_t col = 0; col < in_use; ++col) {
       const std::int64_t page = cache.pages[std::size_t(b * cache.pages_per_seq + col)];
       if (page < 0 || page >= k.sizes[0])

@@ -112,7 +112,7 @@ Call store(const Contents& c, Layout layout, std::int64_t page_size) {
     for (std::int64_t b = 0; b < s.B; ++b) {
       const std::int64_t row = layout == Layout::batch_idx ? s.B - 1 - b : b;
       page_of.push_back(row);
-      call.batch_idx.push_back(std::int32_t(row));
+      if (layout == Layout::batch_idx) call.batch_idx.push_back(std::int32_t(row));
     }
   }
   const std::size_t slots = std::size_t(call.num_pages * call.page_size * s.Hk);
