@@ -214,13 +214,17 @@ Status forward_impl(const ForwardArgs& args) {
   if (Status s = detail::build_problem(args, &p); !s.ok()) return s;
   // The alignment here; the size where the plan is made (cuda::forward), not twice per call.
   if (Status s = detail::check_workspace(args, 0); !s.ok()) return s;
-  if (!p.empty)
-    if (Status s = check_host_scratch(p, false); !s.ok()) return s;
-  // A cache's new keys go in whether or not any query attends to them (validation refuses the
-  // CUDA backend a cache for now). The reference reads them from kv_cache.k_new, the rest of the
-  // cache being untouched by the append.
-  if (p.cache.enabled) cpu::append_kv_cache(args, p);
-  if (p.empty) return finish_empty(args, p);
+  // A cache's new keys go in whether or not any query attends to them: here on the host, or by
+  // the CUDA backend once its plan is made (nothing can refuse the call after that). The
+  // reference reads them from kv_cache.k_new, the rest of the cache being untouched by the append.
+  if (p.empty) {
+    if (p.cache.enabled && p.backend == Backend::cuda)
+      if (Status s = cuda::append_kv_cache(args, p); !s.ok()) return s;
+    if (p.cache.enabled && p.backend != Backend::cuda) cpu::append_kv_cache(args, p);
+    return finish_empty(args, p);
+  }
+  if (Status s = check_host_scratch(p, false); !s.ok()) return s;
+  if (p.cache.enabled && p.backend != Backend::cuda) cpu::append_kv_cache(args, p);
   Status s;
   switch (p.backend) {
     case Backend::reference: s = run_reference(args); break;

@@ -135,28 +135,27 @@ Status check_kv_cache(const KvCache& c, const Options& opt, const TensorRef& q, 
   const std::int64_t batch = q.sizes[0];
   const bool paged = c.block_table.defined();
   if (Status s = check_index(c.seqlens, "kv_cache.seqlens", batch, "B, one per sequence of q"); !s.ok()) return s;
+  const Location where = p->backend == Backend::cuda ? Location::device : Location::host;
+  if (Status s = check_readable(c.seqlens, "kv_cache.seqlens", where); !s.ok()) return s;
   if (paged && c.batch_idx.defined())
     return invalid("kv_cache.batch_idx: a paged cache (kv_cache.block_table given) finds each sequence's pages in "
                    "the block table; leave batch_idx empty");
-  if (c.batch_idx.defined())
+  if (c.batch_idx.defined()) {
     if (Status s = check_index(c.batch_idx, "kv_cache.batch_idx", batch, "B, one per sequence of q"); !s.ok())
       return s;
+    if (Status s = check_readable(c.batch_idx, "kv_cache.batch_idx", where); !s.ok()) return s;
+  }
   if (paged)
     if (Status s = check_table(c.block_table, batch); !s.ok()) return s;
   if (Status s = check_new_keys(c, q, k, v); !s.ok()) return s;
   if (!paged && !c.batch_idx.defined() && k.sizes[0] != batch)
     return invalid("k: a contiguous cache without kv_cache.batch_idx has one row per sequence: B_cache = " +
                    str(k.sizes[0]) + " must be B = " + str(batch));
-  if (p->backend == Backend::cuda)
-    return {StatusCode::unsupported,
-            "kv_cache: the CUDA backend does not read a KV cache in this version; the CPU and reference backends do"};
-
   CachePages& cache = p->cache;
   cache.enabled = true;
   cache.new_keys = c.k_new.defined() ? c.k_new.sizes[1] : 0;
   cache.page_size = k.sizes[1];
   cache.pages_per_seq = paged ? c.block_table.cols : 1;
-  const Location where = p->backend == Backend::cuda ? Location::device : Location::host;
   if (Status s = copy_index(c.seqlens, "kv_cache.seqlens", where, opt.stream, &cache.seqlens); !s.ok()) return s;
   if (paged) {
     if (Status s = copy_table(c.block_table, where, opt.stream, &cache.pages); !s.ok()) return s;

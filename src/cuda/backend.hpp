@@ -23,6 +23,8 @@ Status workspace_size(const ForwardArgs& args, const detail::Problem& problem, s
 Status workspace_size(const BackwardArgs& args, const detail::Problem& problem, std::size_t* bytes);
 
 Status forward(const ForwardArgs& args, const detail::Problem& problem);
+// A KV cache call's new keys and values, written into the cache on the call's stream (kv_append.cu).
+Status append_kv_cache(const ForwardArgs& args, const detail::Problem& problem);
 Status backward(const BackwardArgs& args, const detail::Problem& problem);
 
 // Writes `value` into every element of a validated view of device memory, on `stream`

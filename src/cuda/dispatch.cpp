@@ -75,6 +75,18 @@ FwdParams forward_params(const Args& a, const detail::Problem& p, int block_m) {
   return f;
 }
 
+// A KV cache's device arrays as the kPagedKV rows read them (FwdParams::cache_*): a contiguous
+// cache's pages are its rows, batch_idx[b] or b.
+void cache_params(const ForwardArgs& a, const detail::Problem& p, FwdParams* f) {
+  if (!p.cache.enabled) return;
+  const KvCache& c = a.kv_cache;
+  f->cache_seqlens = c.seqlens.data;
+  f->cache_new_keys = int(p.cache.new_keys);
+  f->cache_page_size = p.cache.page_size;
+  if (c.block_table.defined()) f->cache_pages = c.block_table.data, f->cache_pages_stride = c.block_table.row_stride;
+  else if (c.batch_idx.defined()) f->cache_pages = c.batch_idx.data, f->cache_pages_stride = c.batch_idx.stride;
+}
+
 // The backward's parameters: the forward's, the gradients, and the key-tile counts.
 BwdParams backward_params(const BackwardArgs& a, const detail::Problem& p, const BackwardKernel& k) {
   BwdParams b{};
@@ -115,6 +127,7 @@ Status plan_forward(const ForwardArgs& call_args, const detail::Problem& call_pr
   const detail::Problem& p = plan->packed_gqa ? packed_problem : call_problem;
   if (Status s = choose_forward(args, p, &plan->kernel); !s.ok()) return s;
   plan->params = forward_params(args, p, plan->kernel->block_m);
+  cache_params(args, p, &plan->params);
   if (Status s = schedule_forward(*plan->kernel, p, args.overrides, &plan->params); !s.ok()) return s;
   plan->workspace_bytes = plan_forward_workspace(*plan->kernel, p, &plan->params);
   return Status::Ok();
@@ -160,6 +173,8 @@ Status forward(const ForwardArgs& args, const detail::Problem& p) {
   const Scratch scratch(args, plan.workspace_bytes, stream);
   if (Status s = scratch.status(); !s.ok()) return s;
   bind_forward_workspace(scratch.get(), &plan.params);
+  // A cache's new keys go in once nothing can refuse the call any more, before the kernel reads them.
+  if (Status s = append_kv_cache(args, p); !s.ok()) return s;
   if (Status s = plan.kernel->launch(plan.params, stream); !s.ok()) return s;
   return plan.params.num_splits > 1 ? launch_split_combine(plan.params, p.dtype, stream) : Status::Ok();
 }

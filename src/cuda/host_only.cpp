@@ -36,6 +36,7 @@ std::optional<Pass> row_pass(const std::string&) { return std::nullopt; }  // no
 Status workspace_size(const ForwardArgs&, const detail::Problem&, std::size_t*) { return missing(); }
 Status workspace_size(const BackwardArgs&, const detail::Problem&, std::size_t*) { return missing(); }
 Status forward(const ForwardArgs&, const detail::Problem&) { return missing(); }
+Status append_kv_cache(const ForwardArgs&, const detail::Problem&) { return missing(); }
 Status backward(const BackwardArgs&, const detail::Problem&) { return missing(); }
 Status fill(const TensorRef&, double, void*) { return missing(); }
 Status fill_outside(const TensorRef&, int, const std::int32_t*, std::int64_t, double, void*) { return missing(); }

@@ -45,6 +45,9 @@ SM80_FEATURED_FALLBACK_TILES = {256: (64, 64, 4)}
 # 300 us, at 1.8 TB/s, against SDPA's 196 us (H100).
 SM80_FEW_QUERIES_TILES = {64: (64, 64, 4), 128: (64, 64, 4), 256: (64, 64, 4)}
 SM80_MANY_QUERIES = 65
+# KV cache rows (kPagedKV, paged_kv.hpp): the few-queries tile of these buckets, each key row's
+# address looked up from its page (any page size), split keys for decoding.
+SM80_PAGED_BUCKETS = (64, 128, 256)
 # Feature code variants, measured on the H100 (bf16, S = 2048, TFLOP/s):
 # - Paired dropout (_dpair): each Philox call serves the lanes that need its words (same masks,
 #   checked bit for bit per row). Every featured row with 16-byte loads has it: forward +3% (D = 128)
@@ -230,12 +233,15 @@ class Row:
     wide: bool = False  # forward with the output split over the warps along the head dim (wide_fwd_kernel.hpp)
     head_split: int = 1  # wide and one-pass rows: CTAs of a cluster that share the head dim (sm_90)
     tma: bool = False  # forward: Q, K and V by TMA into rings of a warp-specialised kernel (sm90/fwd/)
+    paged: bool = False  # forward: K and V from a KV cache's pages (paged_kv.hpp); cache problems only
     # A smaller tile behind the bucket's default, for GPUs whose shared memory per CTA the default
     # does not fit (SM80_FEATURED_FALLBACK_TILES, SM80_BACKWARD_FUSED_FALLBACK_TILES).
     fallback: bool = False
 
     @property
     def features(self):
+        if self.paged:
+            return "paged"
         return {(False, False): "plain", (True, False): "bias", (False, True): "drop"}.get((self.bias, self.dropout), "full")
 
     @property
@@ -259,10 +265,11 @@ class Row:
         # when `deterministic`); a bias tile before per-element bias reads (the dispatcher passes
         # over it when the bias cannot be tiled); a fallback tile behind the default it stands in for;
         # a row for many queries per key in front of the few-queries tile (the dispatcher passes over
-        # it when the keys see fewer).
-        feature_rank = {"plain": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
+        # it when the keys see fewer); the paged rows, which only KV cache problems reach (and only
+        # they), after the others of their bucket.
+        feature_rank = {"plain": 0, "paged": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
         return (self.accumulator != "registers", self.head_dim, -self.family, self.loads != "vector16",
-                MATH_RANK[self.math], feature_rank, not self.fused, not self.bias_tile, self.fallback,
+                MATH_RANK[self.math], feature_rank, self.paged, not self.fused, not self.bias_tile, self.fallback,
                 -self.min_queries_per_key)
 
 
@@ -292,6 +299,9 @@ def all_rows():
             if head_dim in SM80_DROPOUT_ONLY_BUCKETS:
                 rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, True,
                                 dropout_paired=True))
+        for head_dim in SM80_PAGED_BUCKETS:
+            rows.append(Row(80, "fwd", dtype, head_dim, *SM80_FEW_QUERIES_TILES[head_dim], "registers", "vector16",
+                            False, False, paged=True))
         for head_dim, (bm, bn, warps) in SM80_WIDE_TILES.items():
             rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             wide=True))
@@ -362,7 +372,7 @@ def backward_rows():
 def row_kind(r):
     """What makes a row a different kernel (not just another size of one): what `reduced` keeps one of."""
     return (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.fused, r.bias_tile,
-            r.dropout_paired, r.wide, r.head_split, r.tma, r.loads, r.features)
+            r.dropout_paired, r.wide, r.head_split, r.tma, r.paged, r.loads, r.features)
 
 
 def catch_all(r):
@@ -394,6 +404,7 @@ def covers(a, b, on_sm90=False):
             (not a.bias_tile or b.bias_tile or not b.bias) and
             (not a.atomics or b.atomics) and  # atomics: never with `deterministic`
             (not a.tma or b.tma) and  # a TMA row refuses tensors no tensor map describes
+            a.paged == b.paged and  # a KV cache problem runs on the paged rows alone
             a.min_queries_per_key <= b.min_queries_per_key)
 
 
@@ -427,7 +438,7 @@ def template_args(r):
     loads = "Loads::vector16" if r.loads == "vector16" else "Loads::element"
     features = " | ".join([f for f, on in (("kBias", r.bias), ("kDropout", r.dropout),
                                           ("kBiasTile", r.bias_tile),
-                                          ("kDropoutPaired", r.dropout_paired)) if on]) or "kPlain"
+                                          ("kDropoutPaired", r.dropout_paired), ("kPagedKV", r.paged)) if on]) or "kPlain"
     if r.pass_ == "bwd" and r.accumulator == "global" and r.math == "ffma":
         element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
@@ -518,7 +529,7 @@ Status {r.name}_resources(KernelResources* r) {{ return {resources}<{template_ar
             f'      {{"{r.name}", Family::sm{r.family}, {CPP_DTYPE[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, '
             f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {8 if r.loads == "vector16" else 1}, '
             f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.bias_tile).lower()}, {str(r.atomics).lower()}, '
-            f'{str(r.fused and r.head_split == 1).lower()}, {str(splits_keys(r)).lower()}, {str(r.tma).lower()}, '
+            f'{str(r.fused and r.head_split == 1).lower()}, {str(splits_keys(r)).lower()}, {str(r.tma).lower()}, {str(r.paged).lower()}, '
             f'{r.min_queries_per_key}, {i}, '
             f'&generated::{r.name}, &generated::{r.name}_resources}},'
             for i, r in enumerate(x for x in rows if x.pass_ == pass_))

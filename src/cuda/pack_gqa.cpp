@@ -35,7 +35,7 @@ TensorRef heads_as_rows(TensorRef t, int heads, int rows, std::int64_t heads_k, 
 bool pack_gqa_rows(const ForwardArgs& a, const detail::Problem& p, ForwardArgs* packed,
                    detail::Problem* packed_problem) {
   const std::int64_t group = p.group_size();
-  if (p.varlen || p.seqlen_q != 1 || group <= 1 || p.has_dropout() || p.seqlen_k == 0) return false;
+  if (p.varlen || p.cache.enabled || p.seqlen_q != 1 || group <= 1 || p.has_dropout() || p.seqlen_k == 0) return false;
   // The one row's keys: its diagonal is key 0 (top-left) or the last key (bottom-right).
   const std::int64_t diagonal = p.bottom_right ? p.seqlen_k - 1 : 0;
   const std::int64_t first = p.window_left == kUnbounded ? 0 : std::max<std::int64_t>(0, diagonal - p.window_left);

@@ -34,6 +34,7 @@ struct Need {
   bool deterministic = false;  // bit-reproducible results asked for (backward)
   bool tma_loadable = false;   // Q, K and V described by tensor maps (sm90/tma_map.hpp)
   bool varlen = false;         // packed variable-length sequences
+  bool kv_cache = false;       // K and V from a KV cache (ForwardArgs::kv_cache)
   double queries_per_key = 0;  // visible (query, key) pairs per key and head
   int compute_capability;
   int smem_per_block = 0;  // the device's opt-in limit of shared memory per CTA, bytes
@@ -130,6 +131,7 @@ Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
   n.tma_loadable = tma_loadable(a.q) && tma_loadable(a.k) && tma_loadable(a.v);
   n.varlen = p.varlen;
+  n.kv_cache = p.cache.enabled;
   n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
   n.queries_per_key = queries_per_key(p);
   return n;
@@ -164,6 +166,8 @@ bool fits(const Row& k, const Need& n, std::string* why) {
   if (k.family == Family::sm90 && n.compute_capability != 90)
     return no([] { return std::string("sm_90a code runs on Hopper only"); });
   if (k.dtype != n.dtype) return no([&] { return std::string("dtype ") + to_string(k.dtype); });
+  if (k.paged != n.kv_cache)
+    return no([&] { return std::string(k.paged ? "reads a KV cache: KV cache calls only" : "no KV cache"); });
   if (k.max_head_dim < n.head_dim) return no([&] { return "head dims up to " + std::to_string(k.max_head_dim); });
   if (k.alignment > 1 && !n.aligned)
     return no([] { return std::string("needs head dims, strides and pointers aligned to 8 elements"); });
@@ -222,7 +226,8 @@ const Row* pick(const std::vector<Row>& table, const Need& n, std::map<std::stri
 // The problem in the terms rows are chosen by, for messages.
 std::string describe(const Need& n) {
   return std::string(to_string(n.dtype)) + ", head dim " + std::to_string(n.head_dim) + (n.bias ? ", bias" : "") +
-         (n.dropout ? ", dropout" : "") + (n.aligned ? "" : ", unaligned") + ", compute capability " +
+         (n.dropout ? ", dropout" : "") + (n.kv_cache ? ", KV cache" : "") + (n.aligned ? "" : ", unaligned") +
+         ", compute capability " +
          std::to_string(n.compute_capability / 10) + "." + std::to_string(n.compute_capability % 10);
 }
 
@@ -293,6 +298,7 @@ std::string describe(const KernelRow<Params>& k) {
          to_string(k.alignment) + (k.bias ? ", bias" : "") + (k.bias_tile ? " (shared-memory tile)" : "") +
          (k.dropout ? ", dropout" : "") +
          (k.atomics ? ", atomics" : "") + (k.tma ? ", TMA loads, warp-specialised" : "") +
+         (k.paged ? ", K and V from a KV cache's pages" : "") +
          (k.min_queries_per_key > 0 ? ", keys seeing >= " + to_string(k.min_queries_per_key) + " queries" : "") +
          ", priority " + to_string(k.priority) + ")";
 }

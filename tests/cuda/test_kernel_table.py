@@ -101,6 +101,10 @@ class KernelTable(unittest.TestCase):
                         self.assertTrue(few, f"{r.name}: no few-queries tile behind it")
                 if r.bias_tile:
                     self.assertTrue(r.bias and r.loads == "vector16")
+                if r.paged:  # the sm80 register forward (paged_kv.hpp), without bias or dropout, splitting keys
+                    self.assertEqual((r.pass_, r.family, r.accumulator, r.math, r.wide, r.bias, r.dropout),
+                                     ("fwd", 80, "registers", "mma", False, False, False))
+                    self.assertTrue(kt.splits_keys(r))
                 if r.fallback:  # right behind the default tile of its bucket and kind
                     self.assertEqual((r.accumulator, r.loads), ("registers", "vector16"))
                 if r.head_split > 1:  # clusters (sm_90) on plain problems with 16-byte loads; the kernels

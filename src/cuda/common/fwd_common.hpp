@@ -21,8 +21,9 @@ enum class Loads {
 // reads the bias through a shared-memory tile loaded with 16-byte cp.async, instead of one global
 // load per score; it needs a bias with unit column stride and 16-byte aligned rows and pointer.
 // kDropoutPaired (with kDropout) shares each Philox call between the lanes of a warp that need its
-// words (apply_dropout_rows_paired, dropout_keep_bits); MMA-fragment kernels only.
-enum Features : unsigned { kPlain = 0, kBias = 1, kDropout = 2, kBiasTile = 4, kDropoutPaired = 8 };
+// words (apply_dropout_rows_paired, dropout_keep_bits); MMA-fragment kernels only. kPagedKV reads
+// K and V from a KV cache's pages (paged_kv.hpp), each sequence's key count from the cache.
+enum Features : unsigned { kPlain = 0, kBias = 1, kDropout = 2, kBiasTile = 4, kDropoutPaired = 8, kPagedKV = 16 };
 
 // Whether a kernel with these features reads the bias through a shared-memory tile.
 constexpr bool tiles_bias(unsigned features) { return (features & kBias) != 0 && (features & kBiasTile) != 0; }

@@ -31,6 +31,15 @@ struct FwdParams {
   const int* seqused_k;
   std::int64_t packed_q, packed_k;  // variable lengths: the packed rows of q and of k (dimension 1)
 
+  // A KV cache (ForwardArgs::kv_cache; read by the kPagedKV rows only): k and v are its tensors,
+  // dimension 0 its pages (cache rows, for a contiguous cache) and dimension 1 their rows. Sequence
+  // b holds cache_seqlens[b] + cache_new_keys keys; position j is row j % cache_page_size of page
+  // cache_pages[b * cache_pages_stride + j / cache_page_size] (page b where cache_pages is null).
+  const int* cache_seqlens;
+  int cache_new_keys;
+  const int* cache_pages;
+  std::int64_t cache_pages_stride, cache_page_size;
+
   float scale;       // softmax scale
   float scale_log2;  // softmax scale * log2(e)
 

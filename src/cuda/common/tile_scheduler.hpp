@@ -63,6 +63,13 @@ __device__ __forceinline__ SequenceInfo sequence_info(const Params& p, int b) {
   return s;
 }
 
+// A KV cache call's sequence b (kPagedKV rows): its own batch entry of q, and the keys its cache
+// holds after the append, clamped to the longest (validated values pass unchanged).
+__device__ __forceinline__ SequenceInfo cache_sequence_info(const FwdParams& p, int b) {
+  const std::int64_t keys = min(clamp_index(p.cache_seqlens[b], 0, p.seqlen_k) + p.cache_new_keys, p.seqlen_k);
+  return {b, 0, p.seqlen_q, 0, keys, keys};
+}
+
 // The problem's mask (causal alignment, window) on one sequence's query and key lengths.
 template <class Params>
 __device__ __forceinline__ detail::MaskRule mask_rule(const Params& p, const SequenceInfo& seq) {

@@ -19,6 +19,7 @@
 #include "cuda/common/fwd_common.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/key_tiles.hpp"
+#include "cuda/common/paged_kv.hpp"
 #include "cuda/common/score_mods.hpp"
 #include "cuda/common/softmax.hpp"
 #include "cuda/common/split_keys.hpp"
@@ -55,8 +56,14 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
 
+  // kPagedKV: K and V from a KV cache's pages, each sequence's key count from the cache.
+  constexpr bool kPaged = (kFeatures & kPagedKV) != 0;
+  const auto sequence = [&](int b) {
+    if constexpr (kPaged) return cache_sequence_info(p, b);
+    else return sequence_info(p, b);
+  };
   WorkItem work = work_in;
-  const SequenceInfo seq = sequence_info(p, work.b);
+  const SequenceInfo seq = sequence(work.b);
   const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
   if (m0 >= seq.q_len) return;
   const int rows = int(min(std::int64_t(kBlockM), seq.q_len - m0));
@@ -99,21 +106,29 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   typename Traits::LoadCopy load;
   typename Traits::TiledMma mma;
 
-  // K and V pointers at the sequence's first key; tile n starts kBlockN * n rows further.
+  // K and V pointers at the sequence's first key; tile n starts kBlockN * n rows further. With a
+  // KV cache, at the head in page 0: each row's page is looked up (paged_kv.hpp).
   const int hk = work.h / p.group;
-  const Element* k_ptr = k_at<Element>(p, seq.batch, seq.k_begin, hk);
-  const Element* v_ptr = v_at<Element>(p, seq.batch, seq.k_begin, hk);
+  const std::int64_t kv_batch = kPaged ? 0 : seq.batch;
+  const Element* k_ptr = k_at<Element>(p, kv_batch, seq.k_begin, hk);
+  const Element* v_ptr = v_at<Element>(p, kv_batch, seq.k_begin, hk);
   // Copies K or V tile n into shared memory (rows past the sequence's keys and head-dim columns
   // past `cols` zero-filled). Everything derived from the thread index is rebuilt from an opaque
   // copy of it at each use so that the compiler keeps no per-copy addresses live across the loop.
-  const auto load_kv = [&](const Element* base, std::int64_t row_stride, Element* smem_dst, int n, int cols) {
+  const auto load_kv = [&](const Element* base, std::int64_t page_stride, std::int64_t row_stride, Element* smem_dst,
+                           int n, int cols) {
     const int t = opaque_thread<Traits::kThreads>();
     auto thr = load.get_thread_slice(t);
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
-    Tensor g = cute::make_tensor(make_gmem_ptr(opaque(base) + n0 * row_stride), tile_kv, make_stride(row_stride, _1{}));
     Tensor s = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutKV{});
-    copy_predicated(load, thr.partition_S(g), thr.partition_D(s), thr.partition_S(make_identity_tensor(tile_kv)),
-                    int(min(std::int64_t(kBlockN), seq.k_len - n0)), cols);
+    const int rows = int(min(std::int64_t(kBlockN), seq.k_len - n0));
+    if constexpr (kPaged) {
+      copy_paged_rows(load, thr, opaque(base), page_stride, row_stride, tile_kv, s, p, work.b, n0, rows, cols);
+    } else {
+      Tensor g = cute::make_tensor(make_gmem_ptr(opaque(base) + n0 * row_stride), tile_kv, make_stride(row_stride, _1{}));
+      copy_predicated(load, thr.partition_S(g), thr.partition_D(s), thr.partition_S(make_identity_tensor(tile_kv)), rows,
+                      cols);
+    }
   };
 
   {
@@ -134,7 +149,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
         load_bias_tile<kBlockM, kBlockN, Traits::kThreads>(p, work.b, work.h, m0, std::int64_t(n) * kBlockN, seq.q_len,
                                                            seq.k_len, smem_bias);
   };
-  load_kv(k_ptr, p.k_row_stride, smem_k, n_last, p.head_dim);
+  load_kv(k_ptr, p.k_batch_stride, p.k_row_stride, smem_k, n_last, p.head_dim);
   load_bias(n_last);
   cp_async_fence();
 
@@ -179,7 +194,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     clear(acc_s);
     cp_async_wait<0>();
     __syncthreads();  // K(n) landed; everyone is done with V(n + 1)
-    load_kv(v_ptr, p.v_row_stride, smem_v, n, p.head_dim_v);
+    load_kv(v_ptr, p.v_batch_stride, p.v_row_stride, smem_v, n, p.head_dim_v);
     cp_async_fence();
 
     CUTE_UNROLL
@@ -202,7 +217,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n) (and its bias tile)
     if (n > n_first) {
-      load_kv(k_ptr, p.k_row_stride, smem_k, n - 1, p.head_dim);
+      load_kv(k_ptr, p.k_batch_stride, p.k_row_stride, smem_k, n - 1, p.head_dim);
       load_bias(n - 1);
       cp_async_fence();
     }
@@ -244,7 +259,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   work.b = opaque(work.b);
   work.h = opaque(work.h);
   work.m_block = opaque(work.m_block);
-  const SequenceInfo eseq = sequence_info(p, work.b);
+  const SequenceInfo eseq = sequence(work.b);
   const std::int64_t em0 = std::int64_t(work.m_block) * kBlockM;
   const int erows = int(min(std::int64_t(kBlockM), eseq.q_len - em0));
   auto thr_mma = mma.get_thread_slice(threadIdx.x);

@@ -1,0 +1,54 @@
+// K and V tiles from a KV cache's pages (the kPagedKV rows): the keys of a sequence are not one
+// strided run of rows but positions j whose page comes from the block table (FwdParams::cache_*),
+// so each row's address is looked up. Any page size: a tile may span pages, and a page be smaller
+// than a copy's row block.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/fwd_params.hpp"
+
+namespace memattn::cuda {
+
+// Copies key rows [n0, n0 + kRows) of sequence b (head base: the cache tensor at page 0, row 0, of
+// the head) into the shared-memory tile `smem`, as the tiled copy `load` would copy a strided tile:
+// each thread's units are those of the strided layout, moved by the difference between the row's
+// place in its page and its place in that layout. Rows past `rows` and columns past `cols` are
+// zero-filled.
+template <class TiledCopy, class ThrCopy, class Element, class TileShape, class Smem>
+__device__ __forceinline__ void copy_paged_rows(const TiledCopy& load, const ThrCopy& thr, const Element* head_base,
+                                                std::int64_t page_stride, std::int64_t row_stride, TileShape tile,
+                                                Smem&& smem, const FwdParams& p, int b, std::int64_t n0, int rows,
+                                                int cols) {
+  using namespace cute;
+  Tensor src = thr.partition_S(cute::make_tensor(make_gmem_ptr(head_base), tile, make_stride(row_stride, _1{})));
+  Tensor dst = thr.partition_D(smem);
+  Tensor coord = thr.partition_S(make_identity_tensor(tile));
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(dst); ++m) {
+    const int r = get<0>(coord(0, m, 0));
+    const bool row_ok = r < rows;
+    std::int64_t delta = 0;
+    if (row_ok) {
+      const std::int64_t j = n0 + r;
+      const std::int64_t page = p.cache_pages != nullptr
+                                    ? std::int64_t(p.cache_pages[b * p.cache_pages_stride + j / p.cache_page_size])
+                                    : std::int64_t(b);
+      delta = page * page_stride + (j % p.cache_page_size - r) * row_stride;
+    }
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(dst); ++k) {
+      if (row_ok && get<1>(coord(0, m, k)) < cols) {
+        Tensor unit = src(_, m, k);
+        copy(load, cute::make_tensor(unit.data() + delta, unit.layout()), dst(_, m, k));
+      } else {
+        clear_unit(dst(_, m, k));
+      }
+    }
+  }
+}
+
+}  // namespace memattn::cuda

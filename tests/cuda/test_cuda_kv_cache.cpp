@@ -1,0 +1,186 @@
+// The KV cache on the CUDA backend (the kPagedKV rows, paged_kv.hpp; the append, kv_append.cu):
+// the CPU test's calls (support/kv_cache.hpp) with every buffer mirrored to the device. Contiguous,
+// batch_idx and paged caches (page 1, 16, 64, 256: pages smaller than, equal to and larger than
+// a key tile) give outputs equal bit for bit, each matching the float64 reference read before the
+// append; the cache after the call holds the new keys at their slots and nothing else changed;
+// split keys (1 to 64 parts) agree with the reference; refusals write nothing.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "memattn/memattn.hpp"
+#include "support/kv_cache.hpp"
+
+namespace memattn {
+namespace {
+
+using testing::Buffer;
+using testing::Call;
+using testing::check_layouts;
+using testing::Layout;
+using testing::Shape;
+
+// Device copies of a call's buffers, freed with it.
+class DeviceBuffers {
+ public:
+  ~DeviceBuffers() {
+    for (void* p : ptrs_) cudaFree(p);
+  }
+  // A device copy of `bytes` host bytes (null for none: a tensor without elements).
+  void* upload(const void* host, std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+    ptrs_.push_back(p);
+    cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice);
+    return p;
+  }
+  template <class T>
+  const std::int32_t* upload(const std::vector<T>& v) {
+    return static_cast<const std::int32_t*>(upload(v.data(), v.size() * sizeof(T)));
+  }
+
+ private:
+  std::vector<void*> ptrs_;
+};
+
+void download(Buffer& host, const void* device) {
+  if (device != nullptr) cudaMemcpy(host.data(), device, host.bytes.size(), cudaMemcpyDeviceToHost);
+}
+
+// Runs the call on the GPU from device copies of its buffers; out, lse and the cache come back.
+Status run_on_device(Call& call, const ForwardArgs& host, int num_splits) {
+  DeviceBuffers d;
+  ForwardArgs a = host;
+  a.backend = Backend::cuda;
+  a.overrides.num_splits = num_splits;
+  a.q.data = d.upload(call.q.data(), call.q.bytes.size());
+  a.k.data = d.upload(call.k_cache.data(), call.k_cache.bytes.size());
+  a.v.data = d.upload(call.v_cache.data(), call.v_cache.bytes.size());
+  a.out.data = d.upload(call.out.data(), call.out.bytes.size());
+  a.lse.data = d.upload(call.lse.data(), call.lse.bytes.size());
+  KvCache& c = a.kv_cache;
+  if (c.k_new.defined()) {
+    c.k_new.data = d.upload(call.k_new.data(), call.k_new.bytes.size());
+    c.v_new.data = d.upload(call.v_new.data(), call.v_new.bytes.size());
+  }
+  c.seqlens.data = d.upload(call.seqlens);
+  if (c.batch_idx.defined()) c.batch_idx.data = d.upload(call.batch_idx);
+  if (c.block_table.defined()) c.block_table.data = d.upload(call.block_table);
+  const Status s = forward(a);
+  if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
+    return {StatusCode::device_error, cudaGetErrorString(e)};
+  download(call.out, a.out.data);
+  download(call.lse, a.lse.data);
+  download(call.k_cache, a.k.data);
+  download(call.v_cache, a.v.data);
+  return s;
+}
+
+testing::Runner on_device(int num_splits = 0) {
+  return [num_splits](Call& call, const ForwardArgs& a) { return run_on_device(call, a, num_splits); };
+}
+
+const std::vector<std::int64_t> kPageSizes = {1, 16, 64, 256};
+
+class CudaKvCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+Shape decode_shape(DType dtype, std::int64_t D) {
+  Shape s;
+  s.dtype = dtype;
+  s.Hq = 8;
+  s.Hk = 2;
+  s.D = s.Dv = D;
+  s.capacity = 300;
+  s.held = {5, 0, 290};
+  return s;
+}
+
+TEST_F(CudaKvCache, DecodingReadsEveryLayoutAlike) {
+  check_layouts(decode_shape(DType::bf16, 128), Backend::cuda, kPageSizes, on_device());
+}
+
+TEST_F(CudaKvCache, AppendThenAttendChunkedPrefill) {
+  Shape s = decode_shape(DType::bf16, 128);
+  s.Mq = 70;  // more than one query tile
+  s.m_new = 70;
+  s.held = {0, 100, 230};
+  check_layouts(s, Backend::cuda, kPageSizes, on_device());
+}
+
+TEST_F(CudaKvCache, WindowAndNoMaskWithNewKeys) {
+  Shape s = decode_shape(DType::f16, 64);
+  s.Mq = 3;
+  s.m_new = 4;
+  s.held = {64, 1, 200};
+  s.mask = Mask::window(50, 0, Alignment::bottom_right);
+  check_layouts(s, Backend::cuda, {16, 64}, on_device());
+  s.mask = Mask::none();
+  check_layouts(s, Backend::cuda, {16, 64}, on_device());
+}
+
+TEST_F(CudaKvCache, HeadDims64And256AndMultiQuery) {
+  for (const auto& [dtype, D] : {std::pair{DType::f16, std::int64_t(64)}, std::pair{DType::bf16, std::int64_t(256)},
+                                 std::pair{DType::bf16, std::int64_t(96)}}) {
+    SCOPED_TRACE("D " + std::to_string(D));
+    Shape s = decode_shape(dtype, D);
+    s.Hq = 6;
+    s.Hk = 1;
+    s.m_new = 1;
+    check_layouts(s, Backend::cuda, {16, 256}, on_device());
+  }
+}
+
+TEST_F(CudaKvCache, SplitKeysAgreeWithTheReference) {
+  Shape s = decode_shape(DType::bf16, 128);
+  s.capacity = 4096;
+  s.held = {4000, 17, 2500};
+  s.m_new = 1;
+  const testing::Contents c = testing::draw(s);
+  for (int splits : {1, 2, 7, 64}) {
+    SCOPED_TRACE("num_splits " + std::to_string(splits));
+    testing::run_and_check(c, Layout::paged, 16, Backend::cuda, on_device(splits));
+  }
+}
+
+TEST_F(CudaKvCache, ThePlanNamesAPagedRow) {
+  Call call = testing::store(testing::draw(decode_shape(DType::bf16, 128)), Layout::paged, 16);
+  DeviceBuffers d;
+  ForwardArgs a = call.args(Backend::cuda);
+  a.q.data = d.upload(call.q.data(), call.q.bytes.size());
+  a.k.data = d.upload(call.k_cache.data(), call.k_cache.bytes.size());
+  a.v.data = d.upload(call.v_cache.data(), call.v_cache.bytes.size());
+  a.out.data = d.upload(call.out.data(), call.out.bytes.size());
+  a.lse.data = d.upload(call.lse.data(), call.lse.bytes.size());
+  a.kv_cache.seqlens.data = d.upload(call.seqlens);
+  a.kv_cache.block_table.data = d.upload(call.block_table);
+  std::string plan;
+  ASSERT_TRUE(describe_plan(a, &plan).ok());
+  EXPECT_NE(plan.find("_paged"), std::string::npos) << plan;
+}
+
+TEST_F(CudaKvCache, RefusalsWriteNothing) {
+  // fp32 has no paged row (unsupported); a page out of range is invalid. Neither writes.
+  for (const bool bad_page : {false, true}) {
+    Shape s = decode_shape(bad_page ? DType::bf16 : DType::f32, 64);
+    s.m_new = 1;
+    Call call = testing::store(testing::draw(s), Layout::paged, 16);
+    if (bad_page) call.block_table[1] = std::int32_t(call.num_pages + 3);
+    const Call before = call;
+    const Status st = run_on_device(call, call.args(Backend::cuda), 0);
+    EXPECT_EQ(st.code(), bad_page ? StatusCode::invalid_argument : StatusCode::unsupported) << st.to_string();
+    EXPECT_TRUE(call.k_cache.bytes == before.k_cache.bytes && call.v_cache.bytes == before.v_cache.bytes)
+        << "the cache was written";
+    EXPECT_TRUE(call.out.bytes == before.out.bytes) << "out was written";
+  }
+}
+
+}  // namespace
+}  // namespace memattn
