@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Decoding: one new query row per sequence against its keys (a KV cache laid out contiguously),
-memattn against PyTorch SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends in one process.
+memattn against PyTorch SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends in one process; and
+memattn.attention_with_kvcache on the same keys held in a contiguous cache and in paged caches
+(--page-sizes, pages in a shuffled order), appending the step's key first as a decode step does.
 
 For every (B, Mk, heads, D): the median time of --iters calls on the same fresh random-normal
 inputs, L2 flushed before each call (a 256 MB write) and the call timed alone by CUDA events, and
@@ -10,7 +12,10 @@ largest difference is printed beside it. memattn splits each query tile's keys o
 query rows alone would leave SMs idle (`memattn kernels` with the same problem names the split).
 
   python3 bench/decode.py [--batch 1,16,64] [--keys 2048,8192,32768,131072] [--heads 32/8,32/32]
-                          [--head-dim 128] [--iters 30] [--out DIR]
+                          [--head-dim 128] [--queries 1] [--page-sizes 16,64] [--iters 30] [--out DIR]
+
+--queries N > 1 is chunked prefill: N new rows against the cache, causal from the bottom right
+(SDPA's backends align causal masks top-left, so those rows compare memattn with itself).
 
 Writes DIR/decode.md and DIR/decode.json.
 """
@@ -51,6 +56,25 @@ def sdpa(q, k, v, backend):
     return out.transpose(1, 2)
 
 
+def paged_copy(k, v, page_size, gen):
+    """k and v [B, Mk, H, D] as paged caches with pages in one shuffled order: (k pages, v pages, block_table)."""
+    b, mk = k.shape[:2]
+    per_seq = -(-mk // page_size)
+    table = torch.randperm(b * per_seq, generator=gen, device=k.device).to(torch.int32).view(b, per_seq)
+
+    def pages(t):
+        out = t.new_zeros((b * per_seq, page_size, *t.shape[2:]))
+        padded = torch.cat([t, t.new_zeros((b, per_seq * page_size - mk, *t.shape[2:]))], 1)
+        out[table.flatten().long()] = padded.view(b * per_seq, page_size, *t.shape[2:])
+        return out
+    return pages(k), pages(v), table
+
+
+def cache_step(q, k_cache, v_cache, k_new, v_new, held, table=None):
+    """One decode step on a cache: the step's key appended at `held`, then attended to."""
+    return memattn.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=held, block_table=table)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ints = lambda text: [int(x) for x in text.split(",")]
@@ -58,6 +82,8 @@ def main():
     ap.add_argument("--keys", type=ints, default=[2048, 8192, 32768, 131072])
     ap.add_argument("--heads", default="32/8,32/32")
     ap.add_argument("--head-dim", type=ints, default=[128])
+    ap.add_argument("--queries", type=int, default=1)
+    ap.add_argument("--page-sizes", type=ints, default=[16, 64])
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--max-bytes", type=float, default=8e9, help="skip problems whose K+V exceed this")
     ap.add_argument("--out")
@@ -74,37 +100,61 @@ def main():
                     if kv_bytes > args.max_bytes:
                         continue
                     gen = torch.Generator(device=dev).manual_seed(0)
-                    q = torch.randn((b, 1, hq, d), generator=gen, device=dev, dtype=torch.bfloat16)
+                    mq = args.queries
+                    q = torch.randn((b, mq, hq, d), generator=gen, device=dev, dtype=torch.bfloat16)
                     k, v = (torch.randn((b, mk, hk, d), generator=gen, device=dev, dtype=torch.bfloat16) for _ in range(2))
-                    row = dict(B=b, Mk=mk, Hq=hq, Hk=hk, D=d, kv_mb=kv_bytes / 1e6)
+                    row = dict(B=b, Mq=mq, Mk=mk, Hq=hq, Hk=hk, D=d, kv_mb=kv_bytes / 1e6)
+                    causal = dict(causal=True, alignment="bottom_right") if mq > 1 else {}
                     with torch.no_grad():
-                        ours = memattn.attention(q, k, v)
-                        row["memattn_us"] = median_us(lambda: memattn.attention(q, k, v), args.iters, flush)
+                        ours = memattn.attention(q, k, v, **causal)
+                        row["memattn_us"] = median_us(lambda: memattn.attention(q, k, v, **causal), args.iters, flush)
+                        # The cache holds the first Mk - Mq keys; the last Mq come as the step's new keys.
+                        held = torch.full((b,), mk - mq, dtype=torch.int32, device=dev)
+                        k_new, v_new = k[:, mk - mq:], v[:, mk - mq:]
+                        for name, page in [("cache", None)] + [(f"paged{p}", p) for p in args.page_sizes]:
+                            # One cache at a time: at the largest problems each holds all of K and V.
+                            kc, vc, table = (k.clone(), v.clone(), None) if page is None else paged_copy(k, v, page, gen)
+                            got = cache_step(q, kc, vc, k_new, v_new, held, table)
+                            row[name + "_diff"] = (got.float() - ours.float()).abs().max().item()
+                            row[name + "_us"] = median_us(lambda: cache_step(q, kc, vc, k_new, v_new, held, table),
+                                                          args.iters, flush)
+                            del kc, vc, table, got
                         want = None
-                        for name, backend in PEERS:
+                        for name, backend in (PEERS if mq == 1 else []):
                             try:
                                 got = sdpa(q, k, v, backend)
                                 want = got if want is None else want
                                 row[name + "_us"] = median_us(lambda: sdpa(q, k, v, backend), args.iters, flush)
                             except RuntimeError:
                                 row[name + "_us"] = None
-                        if want is None:
+                        if want is None and mq == 1:
                             want = sdpa(q, k, v, SDPBackend.MATH)
+                        if want is None:  # chunked prefill: memattn's own contiguous result
+                            want = ours
+                            for name, _ in PEERS:
+                                row[name + "_us"] = None
                         row["max_diff"] = (ours.float() - want.float()).abs().max().item()
                     rows.append(row)
                     best = min((row[n + "_us"] for n, _ in PEERS if row[n + "_us"]), default=None)
-                    print(f"B {b:3} Mk {mk:6} {hq}/{hk} D {d}: memattn {row['memattn_us']:8.1f} us "
-                          f"({kv_bytes / row['memattn_us'] / 1e3:6.0f} GB/s), best SDPA "
+                    caches = ", ".join(f"{n} {row[n + '_us']:.1f} us (diff {row[n + '_diff']:.1e})"
+                                       for n in ["cache"] + [f"paged{p}" for p in args.page_sizes])
+                    print(f"B {b:3} Mq {mq} Mk {mk:6} {hq}/{hk} D {d}: memattn {row['memattn_us']:8.1f} us "
+                          f"({kv_bytes / row['memattn_us'] / 1e3:6.0f} GB/s), {caches}, best SDPA "
                           f"{best if best is None else round(best, 1)} us, max diff {row['max_diff']:.2e}", flush=True)
-    lines = [f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, bf16, one query row per sequence, "
-             "K/V contiguous, L2 flushed before each call; us (K+V GB/s)", "",
-             "| B | Mk | Hq/Hk | D | K+V MB | memattn | FA2 | cuDNN | x best SDPA |", "|---|---|---|---|---|---|---|---|---|"]
+    cache_cols = ["cache"] + [f"paged{p}" for p in args.page_sizes]
+    lines = [f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, bf16, {args.queries} query row(s) per "
+             "sequence, L2 flushed before each call; us (K+V GB/s). memattn: K/V contiguous tensors; cache: "
+             "attention_with_kvcache on a contiguous cache, pagedN on pages of N keys (shuffled), each appending the "
+             "step's keys first", "",
+             "| B | Mk | Hq/Hk | D | K+V MB | memattn | " + " | ".join(cache_cols) + " | FA2 | cuDNN | x best SDPA |",
+             "|---" * (9 + len(cache_cols)) + "|"]
     cell = lambda r, n: "—" if r.get(n + "_us") is None else f"{r[n + '_us']:.1f} ({r['kv_mb'] / r[n + '_us'] * 1e3:.0f})"
     for r in rows:
         best = min((r[n + "_us"] for n, _ in PEERS if r[n + "_us"]), default=None)
         ratio = "—" if best is None else f"{best / r['memattn_us']:.2f}"
         lines.append(f"| {r['B']} | {r['Mk']} | {r['Hq']}/{r['Hk']} | {r['D']} | {r['kv_mb']:.0f} | "
-                     f"{cell(r, 'memattn')} | {cell(r, 'FA2')} | {cell(r, 'cuDNN')} | {ratio} |")
+                     f"{cell(r, 'memattn')} | " + " | ".join(cell(r, c) for c in cache_cols) +
+                     f" | {cell(r, 'FA2')} | {cell(r, 'cuDNN')} | {ratio} |")
     print("\n".join(lines))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
