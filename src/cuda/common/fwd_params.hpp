@@ -31,15 +31,6 @@ struct FwdParams {
   const int* seqused_k;
   std::int64_t packed_q, packed_k;  // variable lengths: the packed rows of q and of k (dimension 1)
 
-  // A KV cache (ForwardArgs::kv_cache; read by the kPagedKV rows only): k and v are its tensors,
-  // dimension 0 its pages (cache rows, for a contiguous cache) and dimension 1 their rows. Sequence
-  // b holds cache_seqlens[b] + cache_new_keys keys; position j is row j % cache_page_size of page
-  // cache_pages[b * cache_pages_stride + j / cache_page_size] (page b where cache_pages is null).
-  const int* cache_seqlens;
-  int cache_new_keys;
-  const int* cache_pages;
-  std::int64_t cache_pages_stride, cache_page_size;
-
   float scale;       // softmax scale
   float scale_log2;  // softmax scale * log2(e)
 
@@ -69,6 +60,16 @@ struct FwdParams {
   std::int64_t num_blocks;  // num_m_blocks * heads_q * batch * num_splits: the work items
   std::int64_t grid_ctas;   // CTAs to launch (each takes work items in turn); 0: one per work item
   std::int64_t work_groups;  // groups of (sequence, head) pairs in the work order; 0: one per pair (tile_scheduler.hpp)
+
+  // A KV cache (ForwardArgs::kv_cache; read by the kPagedKV rows only; last, so that the other
+  // fields keep the offsets the other rows were measured with): k and v are its tensors,
+  // dimension 0 its pages (cache rows, for a contiguous cache) and dimension 1 their rows. Sequence
+  // b holds cache_seqlens[b] + cache_new_keys keys; position j is row j % cache_page_size of page
+  // cache_pages[b * cache_pages_stride + j / cache_page_size] (page b where cache_pages is null).
+  const int* cache_seqlens;
+  int cache_new_keys;
+  const int* cache_pages;
+  std::int64_t cache_pages_stride, cache_page_size;
 };
 
 }  // namespace memattn::cuda

@@ -120,14 +120,15 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     const int t = opaque_thread<Traits::kThreads>();
     auto thr = load.get_thread_slice(t);
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
-    Tensor s = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutKV{});
-    const int rows = int(min(std::int64_t(kBlockN), seq.k_len - n0));
     if constexpr (kPaged) {
-      copy_paged_rows(load, thr, opaque(base), page_stride, row_stride, tile_kv, s, p, work.b, n0, rows, cols);
+      Tensor s = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutKV{});
+      copy_paged_rows(load, thr, opaque(base), page_stride, row_stride, tile_kv, s, p, work.b, n0,
+                      int(min(std::int64_t(kBlockN), seq.k_len - n0)), cols);
     } else {
       Tensor g = cute::make_tensor(make_gmem_ptr(opaque(base) + n0 * row_stride), tile_kv, make_stride(row_stride, _1{}));
-      copy_predicated(load, thr.partition_S(g), thr.partition_D(s), thr.partition_S(make_identity_tensor(tile_kv)), rows,
-                      cols);
+      Tensor s = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutKV{});
+      copy_predicated(load, thr.partition_S(g), thr.partition_D(s), thr.partition_S(make_identity_tensor(tile_kv)),
+                      int(min(std::int64_t(kBlockN), seq.k_len - n0)), cols);
     }
   };
 
