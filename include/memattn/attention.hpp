@@ -90,8 +90,9 @@ struct Options {
 // written: every length within the cache's capacity, the page of every position in use in
 // [0, num_pages), and that no new key's slot is any other position's of the call (nor, with
 // batch_idx, two sequences one row). Not with a cache: bias, dropout, variable
-// lengths; the backward takes no cache. The CPU and reference backends run cache calls; the CUDA
-// backend refuses them (unsupported) in this version.
+// lengths; the backward takes no cache. The CUDA backend runs cache calls on its paged rows
+// (bf16/fp16, D and Dv <= 256); it copies the index arrays to the host to check them, waiting for
+// the call's stream.
 struct KvCache {
   IndexRef seqlens;        // [B]: keys in the cache per sequence before the call; enables the cache
   IndexRef batch_idx;      // optional [B], contiguous caches: the cache row of each sequence
