@@ -35,7 +35,23 @@ TensorRef heads_as_rows(TensorRef t, int heads, int rows, std::int64_t heads_k, 
 bool pack_gqa_rows(const ForwardArgs& a, const detail::Problem& p, ForwardArgs* packed,
                    detail::Problem* packed_problem) {
   const std::int64_t group = p.group_size();
-  if (p.varlen || p.cache.enabled || p.seqlen_q != 1 || group <= 1 || p.has_dropout() || p.seqlen_k == 0) return false;
+  if (p.varlen || p.seqlen_q != 1 || group <= 1 || p.has_dropout() || p.seqlen_k == 0) return false;
+  if (p.cache.enabled) {
+    // The row is each sequence's last position (bottom-right): it sees all its keys unless a window
+    // bounds it on the left, and the key counts differ by sequence, so only then is it rewritten
+    // (the cache's rows need no narrowing).
+    if (p.window_left != kUnbounded) return false;
+    *packed = a;
+    packed->q = heads_as_rows(a.q, 2, 1, p.heads_k, group);
+    packed->out = heads_as_rows(a.out, 2, 1, p.heads_k, group);
+    if (a.lse.defined()) packed->lse = heads_as_rows(a.lse, 1, 2, p.heads_k, group);
+    *packed_problem = p;
+    packed_problem->heads_q = p.heads_k;
+    packed_problem->seqlen_q = group;
+    packed_problem->window_left = packed_problem->window_right = kUnbounded;
+    packed_problem->bottom_right = false;
+    return true;
+  }
   // The one row's keys: its diagonal is key 0 (top-left) or the last key (bottom-right).
   const std::int64_t diagonal = p.bottom_right ? p.seqlen_k - 1 : 0;
   const std::int64_t first = p.window_left == kUnbounded ? 0 : std::max<std::int64_t>(0, diagonal - p.window_left);

@@ -6,7 +6,9 @@
 // before planning: q [B, 1, Hq, D] as [B, g, Hk, D] (query head hk * g + r becomes row r of kv
 // head hk; out and lse alike, the bias's head dimension split the same way), K and V narrowed to
 // the row's keys, and the mask dropped. A tile then holds g rows and K/V are read once per kv
-// head. Not with dropout (its mask is keyed by head and row) nor variable lengths.
+// head. Not with dropout (its mask is keyed by head and row) nor variable lengths. With a KV cache
+// (the row is each sequence's last position) only where no window bounds it on the left: it then
+// sees every key of its sequence, and the cache is used as it is.
 #pragma once
 
 #include "core/problem.hpp"

@@ -3,7 +3,8 @@
 // batch_idx and paged caches (page 1, 16, 64, 256: pages smaller than, equal to and larger than
 // a key tile) give outputs equal bit for bit, each matching the float64 reference read before the
 // append; the cache after the call holds the new keys at their slots and nothing else changed;
-// split keys (1 to 64 parts) agree with the reference; refusals write nothing.
+// split keys (1 to 64 parts) agree with the reference; grouped heads of one query row run as rows
+// (causal) or not (a left window); refusals write nothing.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -107,6 +108,15 @@ TEST_F(CudaKvCache, DecodingReadsEveryLayoutAlike) {
   check_layouts(decode_shape(DType::bf16, 128), Backend::cuda, kPageSizes, on_device());
 }
 
+TEST_F(CudaKvCache, DecodingWithAWindowKeepsItsHeads) {
+  // One query row under a left window: its keys depend on each sequence's length, so the heads are
+  // not packed as rows (pack_gqa.hpp); causal decoding above is.
+  Shape s = decode_shape(DType::bf16, 128);
+  s.m_new = 1;
+  s.mask = Mask::window(37, 0, Alignment::bottom_right);
+  check_layouts(s, Backend::cuda, {16, 64}, on_device());
+}
+
 TEST_F(CudaKvCache, AppendThenAttendChunkedPrefill) {
   Shape s = decode_shape(DType::bf16, 128);
   s.Mq = 70;  // more than one query tile
@@ -164,6 +174,7 @@ TEST_F(CudaKvCache, ThePlanNamesAPagedRow) {
   std::string plan;
   ASSERT_TRUE(describe_plan(a, &plan).ok());
   EXPECT_NE(plan.find("_paged"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("query heads of each kv head as its rows"), std::string::npos) << plan;  // GQA 8/2, one row
 }
 
 TEST_F(CudaKvCache, RefusalsWriteNothing) {
