@@ -13,22 +13,21 @@
 
 namespace memattn::cuda {
 
-// Copies key rows [n0, n0 + kRows) of sequence b (head base: the cache tensor at page 0, row 0, of
-// the head) into the shared-memory tile `smem`, as the tiled copy `load` would copy a strided tile:
-// each thread's units are those of the strided layout, moved by the difference between the row's
-// place in its page and its place in that layout. Rows past `rows` and columns past `cols` are
-// zero-filled.
-template <class TiledCopy, class ThrCopy, class Element, class TileShape, class Smem>
-__device__ __forceinline__ void copy_paged_rows(const TiledCopy& load, const ThrCopy& thr, const Element* head_base,
-                                                std::int64_t page_stride, std::int64_t row_stride, TileShape tile,
-                                                Smem&& smem, const FwdParams& p, int b, std::int64_t n0, int rows,
-                                                int cols) {
+// Walks the copy units of key rows [n0, n0 + kRows) of sequence b, as the tiled copy `thr` would
+// split a strided tile whose rows start at `head_base` (the cache tensor at page 0, row 0, of the
+// head): each unit moved by the difference between its row's place in its page and its place in
+// that layout. `visit(unit, m, k)` gets each unit in range (a gmem tensor of its elements, at its
+// page); `skip(m, k)` each unit past `rows` or `cols` (which the copy zero-fills). Host and device:
+// tests/cuda/test_paged_kv.cu checks the addresses on the host.
+template <class ThrCopy, class Element, class TileShape, class Visit, class Skip>
+CUTE_HOST_DEVICE void for_each_paged_unit(const ThrCopy& thr, const Element* head_base, std::int64_t page_stride,
+                                          std::int64_t row_stride, TileShape tile, const FwdParams& p, int b,
+                                          std::int64_t n0, int rows, int cols, Visit&& visit, Skip&& skip) {
   using namespace cute;
   Tensor src = thr.partition_S(cute::make_tensor(make_gmem_ptr(head_base), tile, make_stride(row_stride, _1{})));
-  Tensor dst = thr.partition_D(smem);
   Tensor coord = thr.partition_S(make_identity_tensor(tile));
   CUTE_UNROLL
-  for (int m = 0; m < size<1>(dst); ++m) {
+  for (int m = 0; m < size<1>(src); ++m) {
     const int r = get<0>(coord(0, m, 0));
     const bool row_ok = r < rows;
     std::int64_t delta = 0;
@@ -40,15 +39,29 @@ __device__ __forceinline__ void copy_paged_rows(const TiledCopy& load, const Thr
       delta = page * page_stride + (j % p.cache_page_size - r) * row_stride;
     }
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(dst); ++k) {
+    for (int k = 0; k < size<2>(src); ++k) {
       if (row_ok && get<1>(coord(0, m, k)) < cols) {
         Tensor unit = src(_, m, k);
-        copy(load, cute::make_tensor(unit.data() + delta, unit.layout()), dst(_, m, k));
+        visit(cute::make_tensor(unit.data() + delta, unit.layout()), m, k);
       } else {
-        clear_unit(dst(_, m, k));
+        skip(m, k);
       }
     }
   }
+}
+
+// Copies those rows into the shared-memory tile `smem` (cp.async per unit; the rest zero-filled).
+template <class TiledCopy, class ThrCopy, class Element, class TileShape, class Smem>
+__device__ __forceinline__ void copy_paged_rows(const TiledCopy& load, const ThrCopy& thr, const Element* head_base,
+                                                std::int64_t page_stride, std::int64_t row_stride, TileShape tile,
+                                                Smem&& smem, const FwdParams& p, int b, std::int64_t n0, int rows,
+                                                int cols) {
+  using namespace cute;
+  Tensor dst = thr.partition_D(smem);
+  for_each_paged_unit(
+      thr, head_base, page_stride, row_stride, tile, p, b, n0, rows, cols,
+      [&](auto&& unit, int m, int k) { copy(load, unit, dst(_, m, k)); },
+      [&](int m, int k) { clear_unit(dst(_, m, k)); });
 }
 
 }  // namespace memattn::cuda

@@ -1,0 +1,110 @@
+// The paged K/V loads' addresses (common/paged_kv.hpp), on the host (no GPU): for every thread of
+// the forward's tiled copy, every unit of a key tile in range lands at its row's page slot and
+// column, every in-range (row, 8-column chunk) exactly once over the threads, and the units past
+// the tile's keys or head dim are the ones skipped (zero-filled). Page sizes below, equal to and
+// above the 64-key tile, tiles that cross pages, and a contiguous cache (page b of Mk_max rows).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "cuda/common/paged_kv.hpp"
+#include "cuda/sm80/fwd_traits.hpp"
+
+namespace memattn::cuda {
+namespace {
+
+using Traits = sm80::FwdTraits<cutlass::bfloat16_t, 128, 64, 64, 4, Loads::vector16>;
+using Element = Traits::Element;
+
+struct Layout {
+  std::int64_t page_size, pages_per_seq, heads, head_dim;
+  std::vector<std::int32_t> table;  // [batch, pages_per_seq]; empty: page b
+  std::int64_t row_stride() const { return heads * head_dim; }
+  std::int64_t page_stride() const { return page_size * row_stride(); }
+  std::int64_t page(int b, std::int64_t j) const {
+    return table.empty() ? b : table[std::size_t(b * pages_per_seq + j / page_size)];
+  }
+};
+
+// Runs the walk of every thread over key tile n0 of sequence b (rows, cols in range) and checks each
+// unit against the layout's own arithmetic.
+void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
+  FwdParams p{};
+  p.cache_pages = l.table.empty() ? nullptr : l.table.data();
+  p.cache_pages_stride = l.pages_per_seq;
+  p.cache_page_size = l.page_size;
+  // Addresses only: the walk computes them and never reads through them.
+  const auto* base = reinterpret_cast<const Element*>(std::uintptr_t(1) << 40);
+  const auto tile = cute::make_shape(cute::Int<Traits::kBlockN>{}, cute::Int<Traits::kHeadDim>{});
+  typename Traits::LoadCopy load;
+  std::map<std::pair<int, int>, int> seen;
+  int skipped = 0;
+  for (int t = 0; t < Traits::kThreads; ++t) {
+    auto thr = load.get_thread_slice(t);
+    auto coord = thr.partition_S(cute::make_identity_tensor(tile));
+    for_each_paged_unit(
+        thr, base, l.page_stride(), l.row_stride(), tile, p, b, n0, rows, cols,
+        [&](auto&& unit, int m, int k) {
+          const int r = cute::get<0>(coord(0, m, k)), c = cute::get<1>(coord(0, m, k));
+          ASSERT_LT(r, rows);
+          ASSERT_LT(c, cols);
+          const std::int64_t j = n0 + r;
+          const std::int64_t want = l.page(b, j) * l.page_stride() + (j % l.page_size) * l.row_stride() + c;
+          ASSERT_EQ(&unit(0) - base, want) << "thread " << t << " row " << r << " col " << c;
+          ASSERT_EQ(int(cute::size(unit)), 8);
+          ASSERT_EQ(&unit(7) - &unit(0), 7);  // one 16-byte run
+          ++seen[{r, c}];
+        },
+        [&](int m, int k) {
+          const int r = cute::get<0>(coord(0, m, k)), c = cute::get<1>(coord(0, m, k));
+          EXPECT_TRUE(r >= rows || c >= cols) << "skipped an in-range unit: row " << r << " col " << c;
+          ++skipped;
+        });
+  }
+  int expected = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; c += 8) {
+      ++expected;
+      EXPECT_EQ((seen[{r, c}]), 1) << "row " << r << " col " << c;
+    }
+  EXPECT_EQ(int(seen.size()), expected);
+  EXPECT_EQ(expected + skipped, Traits::kBlockN * Traits::kHeadDim / 8);
+}
+
+Layout shuffled_pages(std::int64_t page_size, int batch, std::int64_t capacity) {
+  Layout l{page_size, (capacity + page_size - 1) / page_size, 2, 128, {}};
+  l.table.resize(std::size_t(batch * l.pages_per_seq));
+  std::iota(l.table.begin(), l.table.end(), 0);
+  std::shuffle(l.table.begin(), l.table.end(), std::mt19937(7));
+  return l;
+}
+
+TEST(PagedKv, UnitsLandAtTheirPagesSlots) {
+  for (const std::int64_t page : {1, 7, 16, 64, 100, 256}) {
+    SCOPED_TRACE("page size " + std::to_string(page));
+    const Layout l = shuffled_pages(page, 3, 600);
+    for (const std::int64_t n0 : {0, 64, 192, 512})
+      for (const int b : {0, 2}) check_tile(l, b, n0, n0 == 512 ? 88 - 64 : 64, 128);
+  }
+}
+
+TEST(PagedKv, PartialTilesAndHeadDims) {
+  const Layout l = shuffled_pages(16, 2, 200);
+  check_tile(l, 1, 128, 5, 128);  // 5 keys left in the sequence
+  check_tile(l, 0, 64, 64, 96);   // D = 96 in the 128 bucket
+  check_tile(l, 1, 0, 1, 8);
+}
+
+TEST(PagedKv, ContiguousCacheIsPageB) {
+  const Layout l{300, 1, 2, 128, {}};  // [B, Mk_max = 300, Hk, D], no table
+  check_tile(l, 2, 256, 300 - 256, 128);
+  check_tile(l, 0, 0, 64, 128);
+}
+
+}  // namespace
+}  // namespace memattn::cuda
