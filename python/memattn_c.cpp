@@ -156,6 +156,7 @@ PYBIND11_MODULE(_C, m) {
                            t[2].cast<std::int64_t>(), t[3].cast<std::int64_t>()};
         }
         c.k_new = tensor(k_new), c.v_new = tensor(v_new);
+        c.max_seqlen_k = options["cache_max_seqlen_k"].cast<std::int64_t>();
         return run(&memattn::forward, &a, options);
       },
       "Forward over a KV cache (appending k_new, v_new first); returns (code, message).");

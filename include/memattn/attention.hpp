@@ -89,15 +89,20 @@ struct Options {
 // Validation reads seqlens, batch_idx and block_table on the host and checks, before anything is
 // written: every length within the cache's capacity, the page of every position in use in
 // [0, num_pages), and that no new key's slot is any other position's of the call (nor, with
-// batch_idx, two sequences one row). Not with a cache: bias, dropout, variable
-// lengths; the backward takes no cache. The CUDA backend runs cache calls on its paged rows
-// (bf16/fp16, D and Dv <= 256); it copies the index arrays to the host to check them, waiting for
-// the call's stream.
+// batch_idx, two sequences one row). Not with a cache: bias, dropout, variable lengths; the
+// backward takes no cache. The CUDA backend runs cache calls on its paged rows (bf16/fp16, D and
+// Dv <= 256); it copies the index arrays to the host to check them, waiting for the call's stream,
+// unless max_seqlen_k bounds every sequence's keys after the append: then it reads no index on the
+// host (nothing waits; a CUDA graph can capture the call) and its kernels clamp each length to the
+// bound and each page into the cache, so malformed indices never make them read or write outside
+// the tensors, but such a call's output and appended slots are unspecified (overlapping writes
+// included). The CPU backends always read and check every value, the bound included.
 struct KvCache {
   IndexRef seqlens;        // [B]: keys in the cache per sequence before the call; enables the cache
   IndexRef batch_idx;      // optional [B], contiguous caches: the cache row of each sequence
   IndexTable block_table;  // optional [B, max_pages]: the pages of each sequence, in order
   TensorRef k_new, v_new;  // optional: appended, then attended to
+  std::int64_t max_seqlen_k = kUnknownLength;  // optional: every sequence's keys after the append, at most
 
   bool enabled() const {
     return seqlens.defined() || batch_idx.defined() || block_table.defined() || k_new.defined() || v_new.defined();

@@ -201,7 +201,8 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: O
                            v_new: Optional[Tensor] = None, *, cache_seqlens, block_table: Optional[Tensor] = None,
                            cache_batch_idx: Optional[Tensor] = None, causal: bool = True,
                            window: Optional[Tuple[Optional[int], Optional[int]]] = None, scale: Optional[float] = None,
-                           num_splits: Optional[int] = None, return_lse: bool = False):
+                           num_splits: Optional[int] = None, max_seqlen_k: Optional[int] = None,
+                           return_lse: bool = False):
     """Attention of q [B, Mq, Hq, D] over a KV cache (inference), after appending k_new/v_new.
 
     The cache is contiguous, k_cache [B_cache, Mk_max, Hk, D] and v_cache [B_cache, Mk_max, Hk, Dv]
@@ -213,7 +214,11 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: O
     rows being the last positions: causal and window masks are aligned bottom-right. cache_seqlens
     is not updated. Every index is checked before the cache is written (pages in range, lengths
     within capacity, no slot written that another position uses). num_splits: over how many
-    parts each sequence's keys are split on CUDA (None: the library's choice). No gradient: this
+    parts each sequence's keys are split on CUDA (None: the library's choice). max_seqlen_k bounds
+    every sequence's keys after the append: with it a CUDA call reads no index on the host (it
+    does not wait for the GPU and can be captured in a CUDA graph; indices beyond the bound or the
+    cache give unspecified results, never an access outside it); without it the indices are copied
+    to the host and checked. CPU calls always check them. No gradient: this
     is for inference. Returns out [B, Mq, Hq, Dv] (and the float32 LSE [B, Hq, Mq] with
     return_lse), as flash_attn_with_kvcache does."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -239,9 +244,10 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: O
     left, right = _window(_flag("causal", causal), window)
     scale = None if scale is None else _real("scale", scale)
     splits = 0 if num_splits is None else _int("num_splits", num_splits, 1, 2**31 - 1)
+    bound = -1 if max_seqlen_k is None else _int("max_seqlen_k", max_seqlen_k, 0, 2**63 - 1)
     new = [None if t is None else _last_dim_contiguous(name, t) for name, t in (("k_new", k_new), ("v_new", v_new))]
     out, lse = _ops.attention_kvcache(_last_dim_contiguous("q", q), k_cache, v_cache, *new, cache_seqlens,
-                                      cache_batch_idx, block_table, left, right, scale, splits)
+                                      cache_batch_idx, block_table, left, right, scale, splits, bound)
     return (out, lse) if return_lse else out
 
 

@@ -383,15 +383,16 @@ def _check_cache_shapes(q, k_cache, v_cache, k_new, v_new):
 def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor], v_new: Optional[Tensor],
                       cache_seqlens: Tensor, cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor],
                       window_left: int, window_right: int, scale: Optional[float],
-                      num_splits: int) -> tuple[Tensor, Tensor]:
+                      num_splits: int, max_seqlen_k: int) -> tuple[Tensor, Tensor]:
     """out [B, Mq, Hq, Dv] and lse [B, Hq, Mq] of q over a KV cache (memattn.attention_with_kvcache),
     after writing k_new and v_new into k_cache and v_cache at cache_seqlens. Masks are aligned
-    bottom-right. The cache is the op's declared in-place update."""
+    bottom-right. The cache is the op's declared in-place update. max_seqlen_k: -1, or a bound on
+    every sequence's keys after the append (a CUDA call then reads no index on the host)."""
     out = allocate("out", (*q.shape[:-1], v_cache.shape[-1]), q.dtype, q.device)
     lse = allocate("lse", (q.shape[0], q.shape[2], q.shape[1]), torch.float32, q.device)
     opts = _options(q, window_left, window_right, True, 0.0, None, scale, None, None, None, -1, -1)
     opts.update(num_splits=num_splits, cache_seqlens=_index(cache_seqlens), cache_batch_idx=_index(cache_batch_idx),
-                block_table=_table(block_table))
+                block_table=_table(block_table), cache_max_seqlen_k=max_seqlen_k)
     _check(_C.forward_kvcache(_desc(q), _desc(k_cache), _desc(v_cache), _desc(out), _desc(lse), _desc(k_new),
                               _desc(v_new), opts))
     return out, lse
@@ -399,7 +400,7 @@ def attention_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Option
 
 @attention_kvcache.register_fake
 def _(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, block_table, window_left, window_right,
-      scale, num_splits):
+      scale, num_splits, max_seqlen_k):
     _check_cache_shapes(q, k_cache, v_cache, k_new, v_new)
     out = q.new_empty((*q.shape[:-1], v_cache.shape[-1]))
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)

@@ -121,7 +121,7 @@ Status check_writes(const CachePages& c, std::int64_t batch, bool paged) {
 }  // namespace
 
 Status check_kv_cache(const KvCache& c, const Options& opt, const TensorRef& q, const TensorRef& k,
-                      const TensorRef& v, const TensorRef& bias, Problem* p) {
+                      const TensorRef& v, const TensorRef& bias, Lengths lengths, Problem* p) {
   if (!c.seqlens.defined())
     return invalid("kv_cache.seqlens: is missing; a KV cache call needs the keys each sequence holds");
   if (opt.varlen.enabled())
@@ -156,6 +156,23 @@ Status check_kv_cache(const KvCache& c, const Options& opt, const TensorRef& q, 
   cache.new_keys = c.k_new.defined() ? c.k_new.sizes[1] : 0;
   cache.page_size = k.sizes[1];
   cache.pages_per_seq = paged ? c.block_table.cols : 1;
+  std::int64_t capacity = 0;  // keys per sequence
+  if (mul_overflows(cache.pages_per_seq, cache.page_size, &capacity))
+    return invalid("kv_cache.block_table: " + str(cache.pages_per_seq) + " pages of " + str(cache.page_size) +
+                   " keys overflow 64 bits");
+  const std::string capacity_text =
+      paged ? str(cache.pages_per_seq) + " pages of " + str(cache.page_size) + " keys" : "Mk_max = " + str(capacity);
+  const std::int64_t bound = c.max_seqlen_k;
+  if (bound != kUnknownLength && (bound < cache.new_keys || bound > capacity))
+    return invalid("kv_cache.max_seqlen_k: " + str(bound) + " must be kUnknownLength or lie between the " +
+                   str(cache.new_keys) + " new keys and the cache's capacity (" + capacity_text + ")");
+  if (bound != kUnknownLength && p->backend == Backend::cuda && lengths == Lengths::as_needed) {
+    // Varlen::bounded's contract: nothing is read on the host; the kernels clamp (cache_sequence_info,
+    // paged_kv.hpp, kv_append.cu).
+    p->lengths_known = false;
+    p->seqlen_k = bound;
+    return Status::Ok();
+  }
   if (Status s = copy_index(c.seqlens, "kv_cache.seqlens", where, opt.stream, &cache.seqlens); !s.ok()) return s;
   if (paged) {
     if (Status s = copy_table(c.block_table, where, opt.stream, &cache.pages); !s.ok()) return s;
@@ -166,12 +183,6 @@ Status check_kv_cache(const KvCache& c, const Options& opt, const TensorRef& q, 
     for (std::int64_t b = 0; b < batch; ++b) cache.pages[std::size_t(b)] = std::int32_t(b);
   }
 
-  std::int64_t capacity = 0;  // keys per sequence
-  if (mul_overflows(cache.pages_per_seq, cache.page_size, &capacity))
-    return invalid("kv_cache.block_table: " + str(cache.pages_per_seq) + " pages of " + str(cache.page_size) +
-                   " keys overflow 64 bits");
-  const std::string capacity_text =
-      paged ? str(cache.pages_per_seq) + " pages of " + str(cache.page_size) + " keys" : "Mk_max = " + str(capacity);
   std::int64_t longest = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t held = cache.seqlens[std::size_t(b)];
@@ -179,6 +190,9 @@ Status check_kv_cache(const KvCache& c, const Options& opt, const TensorRef& q, 
     if (held + cache.new_keys > capacity)
       return invalid("kv_cache.seqlens: sequence " + str(b) + " holds " + str(held) + " keys and " +
                      str(cache.new_keys) + " new ones come (kv_cache.k_new); its cache holds " + capacity_text);
+    if (bound != kUnknownLength && held + cache.new_keys > bound)
+      return invalid("kv_cache.max_seqlen_k = " + str(bound) + " is less than the " + str(held + cache.new_keys) +
+                     " keys of sequence " + str(b) + " after the append");
     longest = std::max(longest, held + cache.new_keys);
     // The pages of the positions in use (a contiguous cache's one row, when it holds a key); the
     // table's later entries are never read.
@@ -192,7 +206,7 @@ Status check_kv_cache(const KvCache& c, const Options& opt, const TensorRef& q, 
                                    " is not a row of k (B_cache = " + str(k.sizes[0]) + ")");
     }
   }
-  p->seqlen_k = longest;
+  p->seqlen_k = bound != kUnknownLength ? bound : longest;  // the grid and split choice follow the bound
   return check_writes(cache, batch, paged);
 }
 

@@ -253,7 +253,7 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
   if (p->varlen)
     if (Status s = resolve_varlen(vl, lengths, opt.stream, q.sizes[1], k.sizes[1], p); !s.ok()) return s;
   if (kv_cache)  // before the mask: a window's reach comes from the keys after the append
-    if (Status s = check_kv_cache(*cache, opt, q, k, v, bias, p); !s.ok()) return s;
+    if (Status s = check_kv_cache(*cache, opt, q, k, v, bias, lengths, p); !s.ok()) return s;
 
   p->has_bias = bias.defined();
   if (p->has_bias) {

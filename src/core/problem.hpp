@@ -94,7 +94,7 @@ enum class Lengths { as_needed, read };
 // the writes it asks for; fills p->cache and the key lengths. Called by build_problem once q, k, v
 // and the call's location are checked.
 Status check_kv_cache(const KvCache& cache, const Options& options, const TensorRef& q, const TensorRef& k,
-                      const TensorRef& v, const TensorRef& bias, Problem* p);
+                      const TensorRef& v, const TensorRef& bias, Lengths lengths, Problem* p);
 
 // Validates every argument and fills `problem`. Nothing is launched or written.
 Status build_problem(const ForwardArgs& args, Problem* problem, Lengths lengths = Lengths::as_needed);

@@ -83,6 +83,7 @@ void cache_params(const ForwardArgs& a, const detail::Problem& p, FwdParams* f) 
   f->cache_seqlens = c.seqlens.data;
   f->cache_new_keys = int(p.cache.new_keys);
   f->cache_page_size = p.cache.page_size;
+  f->cache_num_pages = a.k.sizes[0];
   if (c.block_table.defined()) f->cache_pages = c.block_table.data, f->cache_pages_stride = c.block_table.row_stride;
   else if (c.batch_idx.defined()) f->cache_pages = c.batch_idx.data, f->cache_pages_stride = c.batch_idx.stride;
 }

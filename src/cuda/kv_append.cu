@@ -22,6 +22,9 @@ struct AppendView {
   const int* seqlens;
   const int* pages;  // page of a position block (block table or batch_idx); null: page b
   std::int64_t pages_stride, page_size;
+  // Bounds for values the host did not read (KvCache::max_seqlen_k): each sequence's keys after the
+  // append, and the cache's pages. Validated values pass unchanged.
+  std::int64_t max_keys, num_pages;
 };
 
 __global__ void append_kernel(AppendView v) {
@@ -30,8 +33,10 @@ __global__ void append_kernel(AppendView v) {
   for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
     const std::int64_t col = e % v.width, h = e / v.width % v.heads, m = e / (v.width * v.heads) % v.rows;
     const std::int64_t b = e / (v.width * v.heads * v.rows);
-    const std::int64_t j = v.seqlens[b] + m;
-    const std::int64_t page = v.pages != nullptr ? v.pages[b * v.pages_stride + j / v.page_size] : b;
+    const std::int64_t held = v.seqlens[b];
+    const std::int64_t j = (held < 0 ? 0 : (held > v.max_keys - v.rows ? v.max_keys - v.rows : held)) + m;
+    const std::int64_t listed = v.pages != nullptr ? v.pages[b * v.pages_stride + j / v.page_size] : b;
+    const std::int64_t page = listed < 0 ? 0 : (listed >= v.num_pages ? v.num_pages - 1 : listed);
     v.to[page * v.to_strides[0] + (j % v.page_size) * v.to_strides[1] + h * v.to_strides[2] + col] =
         v.from[b * v.from_strides[0] + m * v.from_strides[1] + h * v.from_strides[2] + col];
   }
@@ -48,6 +53,8 @@ Status launch(const TensorRef& from, const TensorRef& to, const KvCache& c, cons
   v.batch = from.sizes[0], v.rows = from.sizes[1], v.heads = from.sizes[2];
   v.seqlens = c.seqlens.data;
   v.page_size = p.cache.page_size;
+  v.max_keys = p.seqlen_k;
+  v.num_pages = to.sizes[0];
   if (c.block_table.defined()) v.pages = c.block_table.data, v.pages_stride = c.block_table.row_stride;
   else if (c.batch_idx.defined()) v.pages = c.batch_idx.data, v.pages_stride = c.batch_idx.stride;
   constexpr int kThreads = 256;

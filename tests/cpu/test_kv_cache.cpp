@@ -131,6 +131,27 @@ TEST(KvCache, MalformedFieldsAreRefusedWithNothingWritten) {
   });
 }
 
+TEST(KvCache, MaxSeqlenKIsCheckedOnTheHost) {
+  // held {5, 0, 37} with capacity 40; expect_refused appends one key: 38 keys at most.
+  const Shape s;
+  for (const std::int64_t bound : {37, 41, 0})
+    expect_refused("kv_cache.max_seqlen_k", Layout::paged, s,
+                   [bound](Call&, ForwardArgs& a) { a.kv_cache.max_seqlen_k = bound; });
+  Shape t = s;
+  t.m_new = 1;
+  const Contents c = draw(t);
+  Call plain = store(c, Layout::paged, 8);
+  ASSERT_TRUE(forward(plain.args()).ok());
+  for (const std::int64_t bound : {38, 40}) {
+    Call bounded = store(c, Layout::paged, 8);
+    ForwardArgs a = bounded.args();
+    a.kv_cache.max_seqlen_k = bound;
+    const Status st = forward(a);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_TRUE(bounded.out.bytes == plain.out.bytes) << "bound " << bound;
+  }
+}
+
 TEST(KvCache, SharedReadOnlyPagesAndRowsAreAccepted) {
   // A prefix page read by every sequence, and two sequences reading one cache row, without writes
   // into what another reads, are valid.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "memattn/memattn.hpp"
+#include "stream_gate.hpp"
 #include "support/kv_cache.hpp"
 
 namespace memattn {
@@ -175,6 +176,50 @@ TEST_F(CudaKvCache, ThePlanNamesAPagedRow) {
   ASSERT_TRUE(describe_plan(a, &plan).ok());
   EXPECT_NE(plan.find("_paged"), std::string::npos) << plan;
   EXPECT_NE(plan.find("query heads of each kv head as its rows"), std::string::npos) << plan;  // GQA 8/2, one row
+}
+
+// With KvCache::max_seqlen_k the call reads no index on the host: it returns while its stream is
+// held, and its output is the checked call's bit for bit. Indices past the bound or the cache are
+// clamped by the kernels (no error, no access outside the tensors: compute-sanitizer's part).
+TEST_F(CudaKvCache, BoundedCallsReadNothingOnTheHost) {
+  Shape s = decode_shape(DType::bf16, 128);
+  s.m_new = 1;
+  const testing::Contents c = testing::draw(s);
+  Call checked = testing::store(c, Layout::paged, 16);
+  ASSERT_TRUE(run_on_device(checked, checked.args(Backend::cuda), 0).ok());
+
+  for (const bool malformed : {false, true}) {
+    SCOPED_TRACE(malformed ? "malformed indices" : "valid indices");
+    Call call = testing::store(c, Layout::paged, 16);
+    call.block_table = checked.block_table;
+    if (malformed) {
+      call.seqlens[0] = 100000;
+      call.block_table[3] = -7;
+      call.block_table[5] = std::int32_t(call.num_pages + 11);
+    }
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    DeviceBuffers d;
+    ForwardArgs a = call.args(Backend::cuda);
+    a.stream = stream;
+    a.kv_cache.max_seqlen_k = s.capacity;
+    a.q.data = d.upload(call.q.data(), call.q.bytes.size());
+    a.k.data = d.upload(call.k_cache.data(), call.k_cache.bytes.size());
+    a.v.data = d.upload(call.v_cache.data(), call.v_cache.bytes.size());
+    a.out.data = d.upload(call.out.data(), call.out.bytes.size());
+    a.lse.data = d.upload(call.lse.data(), call.lse.bytes.size());
+    a.kv_cache.k_new.data = d.upload(call.k_new.data(), call.k_new.bytes.size());
+    a.kv_cache.v_new.data = d.upload(call.v_new.data(), call.v_new.bytes.size());
+    a.kv_cache.seqlens.data = d.upload(call.seqlens);
+    a.kv_cache.block_table.data = d.upload(call.block_table);
+    Status st;
+    EXPECT_TRUE(testing::returns_without_waiting(stream, std::chrono::seconds(60), [&] { st = forward(a); }));
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    download(call.out, a.out.data);
+    cudaStreamDestroy(stream);
+    if (!malformed) EXPECT_TRUE(call.out.bytes == checked.out.bytes) << "the bounded output differs";
+  }
 }
 
 TEST_F(CudaKvCache, RefusalsWriteNothing) {

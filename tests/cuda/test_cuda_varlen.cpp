@@ -16,6 +16,7 @@
 
 #include "core/problem.hpp"
 #include "memattn/attention.hpp"
+#include "stream_gate.hpp"
 #include "support/check.hpp"
 #include "support/seed.hpp"
 #include "workload/verify.hpp"
@@ -38,38 +39,6 @@ tools::ProblemSpec bounded_spec() {
   s.mask = Mask::causal(Alignment::bottom_right);
   s.backend = Backend::cuda;
   return s;
-}
-
-// A host function that holds `stream` until the test releases it, or until `patience` has
-// passed: a call that waits for the stream can only return after that, and the gate says so.
-struct Gate {
-  std::atomic<bool> released{false};
-  std::atomic<bool> timed_out{false};
-  std::chrono::milliseconds patience;
-
-  static void CUDART_CB hold(void* self) {
-    auto* g = static_cast<Gate*>(self);
-    const auto deadline = std::chrono::steady_clock::now() + g->patience;
-    while (!g->released.load()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        g->timed_out = true;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-};
-
-// Runs `call` on `stream` held by a gate; true when the call returned without waiting for it.
-template <class Call>
-bool returns_without_waiting(cudaStream_t stream, std::chrono::milliseconds patience, Call&& call) {
-  Gate gate;
-  gate.patience = patience;
-  EXPECT_EQ(cudaLaunchHostFunc(stream, Gate::hold, &gate), cudaSuccess);
-  call();
-  gate.released = true;
-  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  return !gate.timed_out;
 }
 
 class CudaVarlenBounds : public ::testing::Test {

@@ -5,6 +5,7 @@
 // above the 64-key tile, tiles that cross pages, and a contiguous cache (page b of Mk_max rows).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <numeric>
@@ -22,12 +23,14 @@ using Traits = sm80::FwdTraits<cutlass::bfloat16_t, 128, 64, 64, 4, Loads::vecto
 using Element = Traits::Element;
 
 struct Layout {
-  std::int64_t page_size, pages_per_seq, heads, head_dim;
+  std::int64_t page_size, pages_per_seq, heads, head_dim, num_pages;
   std::vector<std::int32_t> table;  // [batch, pages_per_seq]; empty: page b
   std::int64_t row_stride() const { return heads * head_dim; }
   std::int64_t page_stride() const { return page_size * row_stride(); }
+  // An entry outside the cache is clamped into it (values the host did not read).
   std::int64_t page(int b, std::int64_t j) const {
-    return table.empty() ? b : table[std::size_t(b * pages_per_seq + j / page_size)];
+    const std::int64_t listed = table.empty() ? b : table[std::size_t(b * pages_per_seq + j / page_size)];
+    return std::min(std::max<std::int64_t>(listed, 0), num_pages - 1);
   }
 };
 
@@ -38,6 +41,7 @@ void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
   p.cache_pages = l.table.empty() ? nullptr : l.table.data();
   p.cache_pages_stride = l.pages_per_seq;
   p.cache_page_size = l.page_size;
+  p.cache_num_pages = l.num_pages;
   // Addresses only: the walk computes them and never reads through them.
   const auto* base = reinterpret_cast<const Element*>(std::uintptr_t(1) << 40);
   const auto tile = cute::make_shape(cute::Int<Traits::kBlockN>{}, cute::Int<Traits::kHeadDim>{});
@@ -77,8 +81,9 @@ void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
 }
 
 Layout shuffled_pages(std::int64_t page_size, int batch, std::int64_t capacity) {
-  Layout l{page_size, (capacity + page_size - 1) / page_size, 2, 128, {}};
+  Layout l{page_size, (capacity + page_size - 1) / page_size, 2, 128, 0, {}};
   l.table.resize(std::size_t(batch * l.pages_per_seq));
+  l.num_pages = std::int64_t(l.table.size());
   std::iota(l.table.begin(), l.table.end(), 0);
   std::shuffle(l.table.begin(), l.table.end(), std::mt19937(7));
   return l;
@@ -101,8 +106,16 @@ TEST(PagedKv, PartialTilesAndHeadDims) {
 }
 
 TEST(PagedKv, ContiguousCacheIsPageB) {
-  const Layout l{300, 1, 2, 128, {}};  // [B, Mk_max = 300, Hk, D], no table
+  const Layout l{300, 1, 2, 128, 3, {}};  // [B = 3, Mk_max = 300, Hk, D], no table
   check_tile(l, 2, 256, 300 - 256, 128);
+  check_tile(l, 0, 0, 64, 128);
+}
+
+TEST(PagedKv, PagesOutsideTheCacheAreClamped) {
+  // Block-table entries the host did not check (KvCache::max_seqlen_k) stay inside the cache.
+  Layout l = shuffled_pages(16, 2, 128);
+  l.table[1] = -5;
+  l.table[2] = std::int32_t(l.num_pages + 9);
   check_tile(l, 0, 0, 64, 128);
 }
 

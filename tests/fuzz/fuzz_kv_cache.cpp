@@ -31,6 +31,7 @@ enum class Layout { contiguous, batch_idx, paged };
 struct Case {
   std::int64_t B = 0, Mq = 0, Hq = 1, Hk = 1, D = 1, Dv = 1, m_new = 0;
   std::int64_t rows = 0, page_size = 0, pages_per_seq = 1;  // cache: [rows, page_size, Hk, D]
+  std::int64_t max_seqlen_k = kUnknownLength;
   Layout layout = Layout::contiguous;
   DType dtype = DType::f32;
   Mask mask;
@@ -71,6 +72,7 @@ void make_case(FuzzedDataProvider& f, Case* c) {
     if (c->layout == Layout::contiguous && f.ConsumeIntegralInRange<int>(0, 15) == 0) c->rows = c->B + 1;
   }
   const std::int64_t capacity = c->page_size * c->pages_per_seq;
+  if (f.ConsumeIntegralInRange<int>(0, 3) == 3) c->max_seqlen_k = f.ConsumeIntegralInRange<std::int64_t>(-1, capacity + 1);
   for (std::int64_t b = 0; b < c->B; ++b) {
     // Mostly lengths that fit, now and then one past the capacity or negative.
     const int kind = f.ConsumeIntegralInRange<int>(0, 15);
@@ -113,6 +115,7 @@ ForwardArgs args_of(Case& c, Backend backend) {
   if (c.layout == Layout::batch_idx) a.kv_cache.batch_idx = {c.batch_idx.empty() ? &kNone : c.batch_idx.data(), c.B, 1};
   if (c.layout == Layout::paged)
     a.kv_cache.block_table = {c.table.empty() ? &kNone : c.table.data(), c.B, c.pages_per_seq, c.pages_per_seq};
+  a.kv_cache.max_seqlen_k = c.max_seqlen_k;
   if (c.m_new > 0) {
     a.kv_cache.k_new = make_tensor(ptr(c.knb), c.dtype, {c.B, c.m_new, c.Hk, c.D});
     a.kv_cache.v_new = make_tensor(ptr(c.vnb), c.dtype, {c.B, c.m_new, c.Hk, c.Dv});
@@ -131,10 +134,15 @@ bool model_accepts(const Case& c) {
   if (!c.mask.is_none() && c.mask.alignment != Alignment::bottom_right) return false;
   if (c.layout == Layout::contiguous && c.rows != c.B) return false;
   const std::int64_t capacity = c.page_size * c.pages_per_seq;
+  // kv_cache.max_seqlen_k: between the new keys and the capacity, and at least every sequence's keys.
+  // (Without sequences k_new has no element, so no address: no new keys.)
+  const std::int64_t bound = c.max_seqlen_k, new_keys = c.B > 0 ? c.m_new : 0;
+  if (bound != kUnknownLength && (bound < new_keys || bound > capacity)) return false;
   std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::pair<std::int64_t, bool>>> users;  // slot -> (b, written)
   for (std::int64_t b = 0; b < c.B; ++b) {
     const std::int64_t held = c.seqlens[std::size_t(b)];
     if (held < 0 || held + c.m_new > capacity) return false;
+    if (bound != kUnknownLength && held + c.m_new > bound) return false;
     for (std::int64_t j = 0; j < held + c.m_new; ++j) {
       const std::int64_t page = page_of(c, b, j);
       if (page < 0 || page >= c.rows) return false;

@@ -224,6 +224,20 @@ def test_one_int_length_and_no_mask():
     expect_reference(out, q, keys, values, None, None, [20] * 3, causal=False)
 
 
+def test_max_seqlen_k_bounds_the_keys():
+    q, keys, values, k_new, v_new = draw(torch.float32, m_new=1)
+    seqlens = torch.tensor([4, 9, 30], dtype=torch.int32)  # 31 keys at most after the append
+    cache = Cache(keys, values, [4, 9, 30])
+    refused("kv_cache.max_seqlen_k", q, cache.k, cache.v, cache_seqlens=seqlens, k_new=k_new, v_new=v_new,
+            max_seqlen_k=30)
+    outs = []
+    for bound in (None, 31, 40):
+        cache = Cache(keys, values, [4, 9, 30])
+        outs.append(memattn.attention_with_kvcache(q, cache.k, cache.v, k_new, v_new, cache_seqlens=seqlens,
+                                                   max_seqlen_k=bound))
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
 def test_compiled_call_updates_the_cache_as_eager_does():
     q, keys, values, k_new, v_new = draw(torch.float32, mq=2, m_new=2)
     eager, compiled_cache = Cache(keys, values, [3, 8, 1], 4), None
@@ -254,7 +268,7 @@ def test_opcheck():
     v = cache.v.nan_to_num(0.0)
     seqlens = torch.tensor([3, 5, 0], dtype=torch.int32)
     torch.library.opcheck(torch.ops.memattn.attention_kvcache.default,
-                          (q, k, v, k_new, v_new, seqlens, None, None, -1, 0, None, 0),
+                          (q, k, v, k_new, v_new, seqlens, None, None, -1, 0, None, 0, -1),
                           test_utils=("test_schema", "test_faketensor"))
 
 

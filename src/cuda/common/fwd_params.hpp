@@ -66,10 +66,12 @@ struct FwdParams {
   // dimension 0 its pages (cache rows, for a contiguous cache) and dimension 1 their rows. Sequence
   // b holds cache_seqlens[b] + cache_new_keys keys; position j is row j % cache_page_size of page
   // cache_pages[b * cache_pages_stride + j / cache_page_size] (page b where cache_pages is null).
+  // Values the host did not read (KvCache::max_seqlen_k) are clamped: lengths to seqlen_k, pages
+  // into [0, cache_num_pages).
   const int* cache_seqlens;
   int cache_new_keys;
   const int* cache_pages;
-  std::int64_t cache_pages_stride, cache_page_size;
+  std::int64_t cache_pages_stride, cache_page_size, cache_num_pages;
 };
 
 }  // namespace memattn::cuda

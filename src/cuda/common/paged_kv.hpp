@@ -33,9 +33,10 @@ CUTE_HOST_DEVICE void for_each_paged_unit(const ThrCopy& thr, const Element* hea
     std::int64_t delta = 0;
     if (row_ok) {
       const std::int64_t j = n0 + r;
-      const std::int64_t page = p.cache_pages != nullptr
-                                    ? std::int64_t(p.cache_pages[b * p.cache_pages_stride + j / p.cache_page_size])
-                                    : std::int64_t(b);
+      const std::int64_t listed = p.cache_pages != nullptr
+                                      ? std::int64_t(p.cache_pages[b * p.cache_pages_stride + j / p.cache_page_size])
+                                      : std::int64_t(b);
+      const std::int64_t page = listed < 0 ? 0 : (listed >= p.cache_num_pages ? p.cache_num_pages - 1 : listed);
       delta = page * page_stride + (j % p.cache_page_size - r) * row_stride;
     }
     CUTE_UNROLL
