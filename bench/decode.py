@@ -12,7 +12,8 @@ largest difference is printed beside it. memattn splits each query tile's keys o
 query rows alone would leave SMs idle (`memattn kernels` with the same problem names the split).
 
   python3 bench/decode.py [--batch 1,16,64] [--keys 2048,8192,32768,131072] [--heads 32/8,32/32]
-                          [--head-dim 128] [--queries 1] [--page-sizes 16,64] [--iters 30] [--out DIR]
+                          [--head-dim 128] [--queries 1] [--page-sizes 16,64] [--iters 30] [--host-checks]
+                          [--out DIR]
 
 --queries N > 1 is chunked prefill: N new rows against the cache, causal from the bottom right
 (SDPA's backends align causal masks top-left, so those rows compare memattn with itself).
@@ -70,9 +71,12 @@ def paged_copy(k, v, page_size, gen):
     return pages(k), pages(v), table
 
 
-def cache_step(q, k_cache, v_cache, k_new, v_new, held, table=None):
-    """One decode step on a cache: the step's key appended at `held`, then attended to."""
-    return memattn.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=held, block_table=table)
+def cache_step(q, k_cache, v_cache, k_new, v_new, held, table, bound):
+    """One decode step on a cache: the step's key appended at `held`, then attended to. With `bound`
+    (max_seqlen_k, as a decoding loop that knows its lengths passes it) the call reads nothing on the
+    host; without it the library copies the lengths and block table to the host and checks them."""
+    return memattn.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=held, block_table=table,
+                                          max_seqlen_k=bound)
 
 
 def main():
@@ -85,6 +89,8 @@ def main():
     ap.add_argument("--queries", type=int, default=1)
     ap.add_argument("--page-sizes", type=ints, default=[16, 64])
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--host-checks", action="store_true",
+                    help="cache calls without max_seqlen_k: the lengths and block table are read and checked on the host")
     ap.add_argument("--max-bytes", type=float, default=8e9, help="skip problems whose K+V exceed this")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -114,9 +120,10 @@ def main():
                         for name, page in [("cache", None)] + [(f"paged{p}", p) for p in args.page_sizes]:
                             # One cache at a time: at the largest problems each holds all of K and V.
                             kc, vc, table = (k.clone(), v.clone(), None) if page is None else paged_copy(k, v, page, gen)
-                            got = cache_step(q, kc, vc, k_new, v_new, held, table)
+                            bound = None if args.host_checks else mk
+                            got = cache_step(q, kc, vc, k_new, v_new, held, table, bound)
                             row[name + "_diff"] = (got.float() - ours.float()).abs().max().item()
-                            row[name + "_us"] = median_us(lambda: cache_step(q, kc, vc, k_new, v_new, held, table),
+                            row[name + "_us"] = median_us(lambda: cache_step(q, kc, vc, k_new, v_new, held, table, bound),
                                                           args.iters, flush)
                             del kc, vc, table, got
                         want = None
@@ -145,7 +152,8 @@ def main():
     lines = [f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, bf16, {args.queries} query row(s) per "
              "sequence, L2 flushed before each call; us (K+V GB/s). memattn: K/V contiguous tensors; cache: "
              "attention_with_kvcache on a contiguous cache, pagedN on pages of N keys (shuffled), each appending the "
-             "step's keys first", "",
+             "step's keys first, " + ("the lengths and block table read and checked on the host" if args.host_checks
+                                      else "max_seqlen_k given (nothing read on the host)"), "",
              "| B | Mk | Hq/Hk | D | K+V MB | memattn | " + " | ".join(cache_cols) + " | FA2 | cuDNN | x best SDPA |",
              "|---" * (9 + len(cache_cols)) + "|"]
     cell = lambda r, n: "—" if r.get(n + "_us") is None else f"{r[n + '_us']:.1f} ({r['kv_mb'] / r[n + '_us'] * 1e3:.0f})"

@@ -126,6 +126,9 @@ Status plan_forward(const ForwardArgs& call_args, const detail::Problem& call_pr
   plan->packed_gqa = pack_gqa_rows(call_args, call_problem, &packed_args, &packed_problem);
   const ForwardArgs& args = plan->packed_gqa ? packed_args : call_args;
   const detail::Problem& p = plan->packed_gqa ? packed_problem : call_problem;
+  if (p.cache.enabled && p.seqlen_k > kMaxCachePosition)
+    return {StatusCode::unsupported, "k: backend cuda reads a KV cache of at most " + std::to_string(kMaxCachePosition) +
+                                         " keys per sequence; this call's sequences hold up to " + std::to_string(p.seqlen_k)};
   if (Status s = choose_forward(args, p, &plan->kernel); !s.ok()) return s;
   plan->params = forward_params(args, p, plan->kernel->block_m);
   cache_params(args, p, &plan->params);

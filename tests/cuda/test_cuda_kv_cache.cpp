@@ -184,14 +184,14 @@ TEST_F(CudaKvCache, ThePlanNamesAPagedRow) {
 TEST_F(CudaKvCache, BoundedCallsReadNothingOnTheHost) {
   Shape s = decode_shape(DType::bf16, 128);
   s.m_new = 1;
-  const testing::Contents c = testing::draw(s);
-  Call checked = testing::store(c, Layout::paged, 16);
+  // One stored cache (store() draws its own page order) for the checked call and both bounded ones.
+  const Call stored = testing::store(testing::draw(s), Layout::paged, 16);
+  Call checked = stored;
   ASSERT_TRUE(run_on_device(checked, checked.args(Backend::cuda), 0).ok());
 
   for (const bool malformed : {false, true}) {
     SCOPED_TRACE(malformed ? "malformed indices" : "valid indices");
-    Call call = testing::store(c, Layout::paged, 16);
-    call.block_table = checked.block_table;
+    Call call = stored;
     if (malformed) {
       call.seqlens[0] = 100000;
       call.block_table[3] = -7;
@@ -228,7 +228,8 @@ TEST_F(CudaKvCache, RefusalsWriteNothing) {
     Shape s = decode_shape(bad_page ? DType::bf16 : DType::f32, 64);
     s.m_new = 1;
     Call call = testing::store(testing::draw(s), Layout::paged, 16);
-    if (bad_page) call.block_table[1] = std::int32_t(call.num_pages + 3);
+    // Sequence 0's first page: it holds the sequence's keys and receives its new one.
+    if (bad_page) call.block_table[0] = std::int32_t(call.num_pages + 3);
     const Call before = call;
     const Status st = run_on_device(call, call.args(Backend::cuda), 0);
     EXPECT_EQ(st.code(), bad_page ? StatusCode::invalid_argument : StatusCode::unsupported) << st.to_string();

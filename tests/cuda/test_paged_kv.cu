@@ -45,6 +45,7 @@ void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
   // Addresses only: the walk computes them and never reads through them.
   const auto* base = reinterpret_cast<const Element*>(std::uintptr_t(1) << 40);
   const auto tile = cute::make_shape(cute::Int<Traits::kBlockN>{}, cute::Int<Traits::kHeadDim>{});
+  const PageLookup pages(p, b);
   typename Traits::LoadCopy load;
   std::map<std::pair<int, int>, int> seen;
   int skipped = 0;
@@ -52,7 +53,7 @@ void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
     auto thr = load.get_thread_slice(t);
     auto coord = thr.partition_S(cute::make_identity_tensor(tile));
     for_each_paged_unit(
-        thr, base, l.page_stride(), l.row_stride(), tile, p, b, n0, rows, cols,
+        thr, base, l.page_stride(), l.row_stride(), tile, pages, int(n0), rows, cols,
         [&](auto&& unit, int m, int k) {
           const int r = cute::get<0>(coord(0, m, k)), c = cute::get<1>(coord(0, m, k));
           ASSERT_LT(r, rows);
@@ -109,6 +110,41 @@ TEST(PagedKv, ContiguousCacheIsPageB) {
   const Layout l{300, 1, 2, 128, 3, {}};  // [B = 3, Mk_max = 300, Hk, D], no table
   check_tile(l, 2, 256, 300 - 256, 128);
   check_tile(l, 0, 0, 64, 128);
+}
+
+TEST(PagedKv, ContiguousCacheLongerThanInt32Positions) {
+  // Mk_max past int32: the lookup's divisor is clamped, positions (int32) keep page 0.
+  const Layout l{std::int64_t(1) << 33, 1, 2, 128, 2, {}};
+  check_tile(l, 1, 1 << 30, 64, 128);
+}
+
+TEST(PagedKv, PositionsDivideExactly) {
+  // The precomputed division against / and %, over page sizes and positions up to int32's end.
+  const std::vector<std::int64_t> sizes = {1, 2, 3, 7, 16, 100, 1000, 4096, 65537, 1 << 20, kMaxCachePosition - 1,
+                                           kMaxCachePosition};
+  std::vector<int> positions = {0, 1, 2, 15, 16, 17, 999, 1000, 65536, 1 << 30, int(kMaxCachePosition) - 1,
+                                int(kMaxCachePosition)};
+  std::mt19937 gen(11);
+  for (int i = 0; i < 2000; ++i) positions.push_back(int(gen() >> 1));
+  // A table that lists page i at column i, read where the quotient is one of its columns.
+  std::vector<std::int32_t> table(1 << 12);
+  std::iota(table.begin(), table.end(), 0);
+  for (const std::int64_t size : sizes) {
+    FwdParams p{};
+    p.cache_page_size = size;
+    p.cache_num_pages = std::int64_t(table.size());
+    const PageLookup own_page(p, 0);
+    p.cache_pages = table.data();
+    const PageLookup listed(p, 0);
+    for (const int j : positions) {
+      const bool in_table = j / size < std::int64_t(table.size());
+      std::int64_t page = -1;
+      int slot = -1;
+      (in_table ? listed : own_page).locate(j, &page, &slot);
+      ASSERT_EQ(slot, j % size) << "page size " << size << " position " << j;
+      ASSERT_EQ(page, in_table ? j / size : 0) << "page size " << size << " position " << j;
+    }
+  }
 }
 
 TEST(PagedKv, PagesOutsideTheCacheAreClamped) {

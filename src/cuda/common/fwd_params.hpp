@@ -6,6 +6,10 @@
 
 namespace memattn::cuda {
 
+// The most keys per sequence a KV cache call may hold on this backend: the paged loads count key
+// positions in int32 (paged_kv.hpp's PageLookup); plan_forward refuses longer.
+constexpr std::int64_t kMaxCachePosition = 0x7fffffff;
+
 struct FwdParams {
   const void* q;
   const void* k;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cutlass/fast_math.h>
 
 #include <cstdint>
 
@@ -13,7 +14,34 @@
 
 namespace memattn::cuda {
 
-// Walks the copy units of key rows [n0, n0 + kRows) of sequence b, as the tiled copy `thr` would
+// Where sequence b's key positions live: made once per work item, so that each row's page and
+// slot cost a multiply-high (the page size's divisor is precomputed) rather than a 64-bit division,
+// which in the few-query decode tiles took more issue slots than the tile's MMAs. Positions are
+// int32 (kMaxCachePosition).
+struct PageLookup {
+  const int* table;  // the sequence's block-table row (or its batch_idx entry); null: page b
+  int own_page;      // b
+  std::int64_t num_pages;
+  cutlass::FastDivmod page_size;
+
+  CUTE_HOST_DEVICE PageLookup(const FwdParams& p, int b)
+      : table(p.cache_pages != nullptr ? p.cache_pages + b * p.cache_pages_stride : nullptr),
+        own_page(b),
+        num_pages(p.cache_num_pages),
+        // A contiguous cache's page is the whole sequence: any divisor above the positions gives
+        // page 0 and the position as its slot.
+        page_size(int(p.cache_page_size < 1 ? 1 : (p.cache_page_size > kMaxCachePosition ? kMaxCachePosition : p.cache_page_size))) {}
+
+  // Page and slot of position j, the page clamped into the cache (values the host did not read).
+  CUTE_HOST_DEVICE void locate(int j, std::int64_t* page, int* slot) const {
+    int index = 0;
+    page_size(index, *slot, j);
+    const std::int64_t listed = table != nullptr ? std::int64_t(table[index]) : std::int64_t(own_page);
+    *page = listed < 0 ? 0 : (listed >= num_pages ? num_pages - 1 : listed);
+  }
+};
+
+// Walks the copy units of key rows [n0, n0 + kRows) of a sequence, as the tiled copy `thr` would
 // split a strided tile whose rows start at `head_base` (the cache tensor at page 0, row 0, of the
 // head): each unit moved by the difference between its row's place in its page and its place in
 // that layout. `visit(unit, m, k)` gets each unit in range (a gmem tensor of its elements, at its
@@ -21,8 +49,8 @@ namespace memattn::cuda {
 // tests/cuda/test_paged_kv.cu checks the addresses on the host.
 template <class ThrCopy, class Element, class TileShape, class Visit, class Skip>
 CUTE_HOST_DEVICE void for_each_paged_unit(const ThrCopy& thr, const Element* head_base, std::int64_t page_stride,
-                                          std::int64_t row_stride, TileShape tile, const FwdParams& p, int b,
-                                          std::int64_t n0, int rows, int cols, Visit&& visit, Skip&& skip) {
+                                          std::int64_t row_stride, TileShape tile, const PageLookup& pages,
+                                          int n0, int rows, int cols, Visit&& visit, Skip&& skip) {
   using namespace cute;
   Tensor src = thr.partition_S(cute::make_tensor(make_gmem_ptr(head_base), tile, make_stride(row_stride, _1{})));
   Tensor coord = thr.partition_S(make_identity_tensor(tile));
@@ -32,12 +60,10 @@ CUTE_HOST_DEVICE void for_each_paged_unit(const ThrCopy& thr, const Element* hea
     const bool row_ok = r < rows;
     std::int64_t delta = 0;
     if (row_ok) {
-      const std::int64_t j = n0 + r;
-      const std::int64_t listed = p.cache_pages != nullptr
-                                      ? std::int64_t(p.cache_pages[b * p.cache_pages_stride + j / p.cache_page_size])
-                                      : std::int64_t(b);
-      const std::int64_t page = listed < 0 ? 0 : (listed >= p.cache_num_pages ? p.cache_num_pages - 1 : listed);
-      delta = page * page_stride + (j % p.cache_page_size - r) * row_stride;
+      std::int64_t page = 0;
+      int slot = 0;
+      pages.locate(n0 + r, &page, &slot);
+      delta = page * page_stride + std::int64_t(slot - r) * row_stride;
     }
     CUTE_UNROLL
     for (int k = 0; k < size<2>(src); ++k) {
@@ -55,12 +81,11 @@ CUTE_HOST_DEVICE void for_each_paged_unit(const ThrCopy& thr, const Element* hea
 template <class TiledCopy, class ThrCopy, class Element, class TileShape, class Smem>
 __device__ __forceinline__ void copy_paged_rows(const TiledCopy& load, const ThrCopy& thr, const Element* head_base,
                                                 std::int64_t page_stride, std::int64_t row_stride, TileShape tile,
-                                                Smem&& smem, const FwdParams& p, int b, std::int64_t n0, int rows,
-                                                int cols) {
+                                                Smem&& smem, const PageLookup& pages, int n0, int rows, int cols) {
   using namespace cute;
   Tensor dst = thr.partition_D(smem);
   for_each_paged_unit(
-      thr, head_base, page_stride, row_stride, tile, p, b, n0, rows, cols,
+      thr, head_base, page_stride, row_stride, tile, pages, n0, rows, cols,
       [&](auto&& unit, int m, int k) { copy(load, unit, dst(_, m, k)); },
       [&](int m, int k) { clear_unit(dst(_, m, k)); });
 }

@@ -110,6 +110,11 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   // KV cache, at the head in page 0: each row's page is looked up (paged_kv.hpp).
   const int hk = work.h / p.group;
   const std::int64_t kv_batch = kPaged ? 0 : seq.batch;
+  // The cache's page lookup for this sequence, once per work item (a division by the page size).
+  [[maybe_unused]] const auto pages = [&] {
+    if constexpr (kPaged) return PageLookup(p, work.b);
+    else return 0;
+  }();
   const Element* k_ptr = k_at<Element>(p, kv_batch, seq.k_begin, hk);
   const Element* v_ptr = v_at<Element>(p, kv_batch, seq.k_begin, hk);
   // Copies K or V tile n into shared memory (rows past the sequence's keys and head-dim columns
@@ -122,7 +127,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
     if constexpr (kPaged) {
       Tensor s = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutKV{});
-      copy_paged_rows(load, thr, opaque(base), page_stride, row_stride, tile_kv, s, p, work.b, n0,
+      copy_paged_rows(load, thr, opaque(base), page_stride, row_stride, tile_kv, s, pages, int(n0),
                       int(min(std::int64_t(kBlockN), seq.k_len - n0)), cols);
     } else {
       Tensor g = cute::make_tensor(make_gmem_ptr(opaque(base) + n0 * row_stride), tile_kv, make_stride(row_stride, _1{}));
