@@ -168,7 +168,7 @@ Status check_kv_cache(const KvCache& c, const Options& opt, const TensorRef& q, 
                    str(cache.new_keys) + " new keys and the cache's capacity (" + capacity_text + ")");
   if (bound != kUnknownLength && p->backend == Backend::cuda && lengths == Lengths::as_needed) {
     // Varlen::bounded's contract: nothing is read on the host; the kernels clamp (cache_sequence_info,
-    // paged_kv.hpp, kv_append.cu).
+    // paged_kv.hpp, cuda/kv_cache.cu).
     p->lengths_known = false;
     p->seqlen_k = bound;
     return Status::Ok();

@@ -10,6 +10,8 @@
 
 namespace memattn::cuda {
 
+struct FwdParams;
+
 int device_count();
 
 enum class Pass { forward, backward };
@@ -23,8 +25,10 @@ Status workspace_size(const ForwardArgs& args, const detail::Problem& problem, s
 Status workspace_size(const BackwardArgs& args, const detail::Problem& problem, std::size_t* bytes);
 
 Status forward(const ForwardArgs& args, const detail::Problem& problem);
-// A KV cache call's new keys and values, written into the cache on the call's stream (kv_append.cu).
+// A KV cache call's new keys and values, written into the cache on the call's stream (kv_cache.cu).
 Status append_kv_cache(const ForwardArgs& args, const detail::Problem& problem);
+// A KV cache call's fields of the forward's parameters (FwdParams::cache_*; kv_cache.cu).
+void cache_params(const ForwardArgs& args, const detail::Problem& problem, FwdParams* params);
 Status backward(const BackwardArgs& args, const detail::Problem& problem);
 
 // Writes `value` into every element of a validated view of device memory, on `stream`

@@ -75,19 +75,6 @@ FwdParams forward_params(const Args& a, const detail::Problem& p, int block_m) {
   return f;
 }
 
-// A KV cache's device arrays as the kPagedKV rows read them (FwdParams::cache_*): a contiguous
-// cache's pages are its rows, batch_idx[b] or b.
-void cache_params(const ForwardArgs& a, const detail::Problem& p, FwdParams* f) {
-  if (!p.cache.enabled) return;
-  const KvCache& c = a.kv_cache;
-  f->cache_seqlens = c.seqlens.data;
-  f->cache_new_keys = int(p.cache.new_keys);
-  f->cache_page_size = p.cache.page_size;
-  f->cache_num_pages = a.k.sizes[0];
-  if (c.block_table.defined()) f->cache_pages = c.block_table.data, f->cache_pages_stride = c.block_table.row_stride;
-  else if (c.batch_idx.defined()) f->cache_pages = c.batch_idx.data, f->cache_pages_stride = c.batch_idx.stride;
-}
-
 // The backward's parameters: the forward's, the gradients, and the key-tile counts.
 BwdParams backward_params(const BackwardArgs& a, const detail::Problem& p, const BackwardKernel& k) {
   BwdParams b{};

@@ -1,4 +1,4 @@
-// The KV cache on the CUDA backend (the kPagedKV rows, paged_kv.hpp; the append, kv_append.cu):
+// The KV cache on the CUDA backend (the kPagedKV rows, paged_kv.hpp; the append, kv_cache.cu):
 // the CPU test's calls (support/kv_cache.hpp) with every buffer mirrored to the device. Contiguous,
 // batch_idx and paged caches (page 1, 16, 64, 256: pages smaller than, equal to and larger than
 // a key tile) give outputs equal bit for bit, each matching the float64 reference read before the

@@ -2,8 +2,8 @@
 // fits, against the float64 reference: rows that the dispatcher would not pick for the feature
 // cases (a bucket's extra tiles, element-load rows next to aligned ones) are checked too. The
 // problem is read off the row's name: dtype, head-dim bucket (D = the bucket, an unaligned D for
-// element-load rows, D > 256 for the any-D rows), and with the row's features (bias and dropout)
-// when it has them. A forced row that does not fit fails the test with the dispatcher's
+// element-load rows, D > 256 for the any-D rows), and with the row's features (bias and dropout,
+// or a paged KV cache) when it has them. A forced row that does not fit fails the test with the dispatcher's
 // reason. Skipped without a GPU.
 #include <gtest/gtest.h>
 
@@ -17,6 +17,8 @@
 #include "memattn/kernels.hpp"
 #include "support/check.hpp"
 #include "support/dropout_masks.hpp"
+#include "support/seed.hpp"
+#include "workload/verify.hpp"
 
 namespace memattn::testing {
 namespace {
@@ -37,8 +39,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// Row names: <pass>_sm<family>_<dtype>_d<bucket>_m<M>n<N>w<W>[_gacc...]_<vec|elem>_<plain|bias|drop|full>
-// (full: bias and dropout code).
+// Row names: <pass>_sm<family>_<dtype>_d<bucket>_m<M>n<N>w<W>[_gacc...]_<vec|elem>_<plain|bias|drop|full|paged>
+// (full: bias and dropout code; paged: K and V from a KV cache).
 bool row_case(const std::string& name, RowCase* c) {
   const std::vector<std::string> t = split(name, '_');
   if (t.size() < 7 || t[3].empty() || t[3][0] != 'd') return false;
@@ -59,7 +61,15 @@ bool row_case(const std::string& name, RowCase* c) {
   s.seqlen_k = 200;
   s.heads_q = 4;
   s.heads_k = 2;
-  if (bias || dropout) {
+  if (t.back() == "paged") {
+    // The KV cache rows run cache calls only: a paged cache whose pages (16 keys) do not divide the
+    // 64-key tiles, five new keys appended first; a cache takes bottom-right masks.
+    s.cache.layout = tools::CacheLayout::paged;
+    s.cache.page_size = 16;
+    s.cache.new_keys = 5;
+    s.cache.cache_len = s.seqlen_k - s.cache.new_keys;
+    s.mask = Mask::causal(Alignment::bottom_right);
+  } else if (bias || dropout) {
     if (bias) s.bias = tools::bias_pattern(tools::BiasKind::dense);
     if (dropout) s.dropout = {0.1, 11, 3};
     s.mask = Mask::causal(Alignment::bottom_right);
@@ -85,8 +95,34 @@ std::vector<RowCase> row_cases() {
 
 class CudaRows : public ::testing::TestWithParam<RowCase> {};
 
+// A KV cache row's call appends to the cache: the reference and the cache's snapshot come first,
+// then out and lse against the one, the cache against the other with the new keys in their slots.
+void check_cache_row(const tools::ProblemSpec& spec) {
+  SCOPED_TRACE(spec.describe());
+  const std::uint64_t seed = next_seed();
+  SCOPED_TRACE("inputs from seed " + std::to_string(seed) + ": replay with " + replay_hint());
+  tools::Workload w(spec);
+  w.fill_inputs(seed);
+  ASSERT_TRUE(w.to_device().ok());
+  w.poison_outputs();
+  reference::ForwardResult ref;
+  ASSERT_TRUE(tools::forward_reference(w, {}, {}, &ref).ok());
+  const tools::CacheSnapshot before = tools::snapshot_cache(w);
+  const Status fs = forward(w.forward_args());
+  ASSERT_TRUE(fs.ok()) << fs.to_string();
+  ASSERT_TRUE(w.copy_outputs_to_host().ok());
+  tools::VerifyReport report;
+  tools::check_forward(w, {}, ref, &report);
+  tools::check_cache_append(w, before, &report);
+  EXPECT_EQ(report.lines.size(), 4u);  // out, lse, k_cache, v_cache
+  for (const tools::CheckLine& line : report.lines)
+    EXPECT_TRUE(line.pass()) << line.name << ": max abs " << line.error.max_abs << ", relative " << line.error.rel_l2
+                             << " (tolerance " << line.tolerance << "), " << line.error.bad << " bad";
+}
+
 TEST_P(CudaRows, MatchesReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (GetParam().spec.cache.enabled()) return check_cache_row(GetParam().spec);
   check_case(GetParam().spec, {GetParam().backward});
 }
 

@@ -40,12 +40,11 @@ void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
   FwdParams p{};
   p.cache_pages = l.table.empty() ? nullptr : l.table.data();
   p.cache_pages_stride = l.pages_per_seq;
-  p.cache_page_size = l.page_size;
+  set_cache_page_size(l.page_size, &p);
   p.cache_num_pages = l.num_pages;
   // Addresses only: the walk computes them and never reads through them.
   const auto* base = reinterpret_cast<const Element*>(std::uintptr_t(1) << 40);
   const auto tile = cute::make_shape(cute::Int<Traits::kBlockN>{}, cute::Int<Traits::kHeadDim>{});
-  const PageLookup pages(p, b);
   typename Traits::LoadCopy load;
   std::map<std::pair<int, int>, int> seen;
   int skipped = 0;
@@ -53,7 +52,7 @@ void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
     auto thr = load.get_thread_slice(t);
     auto coord = thr.partition_S(cute::make_identity_tensor(tile));
     for_each_paged_unit(
-        thr, base, l.page_stride(), l.row_stride(), tile, pages, int(n0), rows, cols,
+        thr, base, l.page_stride(), l.row_stride(), tile, PageLookup(p, b), int(n0), rows, cols,
         [&](auto&& unit, int m, int k) {
           const int r = cute::get<0>(coord(0, m, k)), c = cute::get<1>(coord(0, m, k));
           ASSERT_LT(r, rows);
@@ -131,7 +130,7 @@ TEST(PagedKv, PositionsDivideExactly) {
   std::iota(table.begin(), table.end(), 0);
   for (const std::int64_t size : sizes) {
     FwdParams p{};
-    p.cache_page_size = size;
+    set_cache_page_size(size, &p);
     p.cache_num_pages = std::int64_t(table.size());
     const PageLookup own_page(p, 0);
     p.cache_pages = table.data();

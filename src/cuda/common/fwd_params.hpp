@@ -68,14 +68,17 @@ struct FwdParams {
   // A KV cache (ForwardArgs::kv_cache; read by the kPagedKV rows only; last, so that the other
   // fields keep the offsets the other rows were measured with): k and v are its tensors,
   // dimension 0 its pages (cache rows, for a contiguous cache) and dimension 1 their rows. Sequence
-  // b holds cache_seqlens[b] + cache_new_keys keys; position j is row j % cache_page_size of page
-  // cache_pages[b * cache_pages_stride + j / cache_page_size] (page b where cache_pages is null).
+  // b holds cache_seqlens[b] + cache_new_keys keys; position j is row j % page_size of page
+  // cache_pages[b * cache_pages_stride + j / page_size] (page b where cache_pages is null). The
+  // page size is given as its divisor for int32 positions (paged_kv.hpp's set_cache_page_size).
   // Values the host did not read (KvCache::max_seqlen_k) are clamped: lengths to seqlen_k, pages
   // into [0, cache_num_pages).
   const int* cache_seqlens;
   int cache_new_keys;
   const int* cache_pages;
-  std::int64_t cache_pages_stride, cache_page_size, cache_num_pages;
+  std::int64_t cache_pages_stride, cache_num_pages;
+  int cache_page_divisor;
+  std::uint32_t cache_page_multiplier, cache_page_shift;
 };
 
 }  // namespace memattn::cuda

@@ -14,10 +14,20 @@
 
 namespace memattn::cuda {
 
-// Where sequence b's key positions live: made once per work item, so that each row's page and
-// slot cost a multiply-high (the page size's divisor is precomputed) rather than a 64-bit division,
-// which in the few-query decode tiles took more issue slots than the tile's MMAs. Positions are
-// int32 (kMaxCachePosition).
+// The page size as FwdParams carries it: cutlass::FastDivmod's divisor, multiplier and shift for
+// int32 positions, computed on the host (cache_params, kv_cache.cu), so that a row's page and slot
+// cost a multiply-high: a 64-bit division and modulo per row took more issue slots than the decode
+// tiles' MMAs (H100, B 1 / 128k keys / D = 128, paged by 16: 2157 -> 1477 us). A contiguous
+// cache's page is the whole sequence: any divisor above the positions gives page 0 and the
+// position as the slot.
+inline void set_cache_page_size(std::int64_t page_size, FwdParams* p) {
+  const cutlass::FastDivmod d(int(page_size < 1 ? 1 : (page_size > kMaxCachePosition ? kMaxCachePosition : page_size)));
+  p->cache_page_divisor = d.divisor;
+  p->cache_page_multiplier = d.multiplier;
+  p->cache_page_shift = d.shift_right;
+}
+
+// Where sequence b's key positions live (made once per work item by the kernel).
 struct PageLookup {
   const int* table;  // the sequence's block-table row (or its batch_idx entry); null: page b
   int own_page;      // b
@@ -27,10 +37,11 @@ struct PageLookup {
   CUTE_HOST_DEVICE PageLookup(const FwdParams& p, int b)
       : table(p.cache_pages != nullptr ? p.cache_pages + b * p.cache_pages_stride : nullptr),
         own_page(b),
-        num_pages(p.cache_num_pages),
-        // A contiguous cache's page is the whole sequence: any divisor above the positions gives
-        // page 0 and the position as its slot.
-        page_size(int(p.cache_page_size < 1 ? 1 : (p.cache_page_size > kMaxCachePosition ? kMaxCachePosition : p.cache_page_size))) {}
+        num_pages(p.cache_num_pages) {
+    page_size.divisor = p.cache_page_divisor;
+    page_size.multiplier = p.cache_page_multiplier;
+    page_size.shift_right = p.cache_page_shift;
+  }
 
   // Page and slot of position j, the page clamped into the cache (values the host did not read).
   CUTE_HOST_DEVICE void locate(int j, std::int64_t* page, int* slot) const {
@@ -41,7 +52,7 @@ struct PageLookup {
   }
 };
 
-// Walks the copy units of key rows [n0, n0 + kRows) of a sequence, as the tiled copy `thr` would
+// Walks the copy units of key rows [n0, n0 + kRows) of a sequence (its PageLookup), as the tiled copy `thr` would
 // split a strided tile whose rows start at `head_base` (the cache tensor at page 0, row 0, of the
 // head): each unit moved by the difference between its row's place in its page and its place in
 // that layout. `visit(unit, m, k)` gets each unit in range (a gmem tensor of its elements, at its

@@ -1,6 +1,8 @@
-// A KV cache call's append (ForwardArgs::kv_cache): the rows of k_new and v_new copied to the
-// slots of positions seqlens[b] onwards, before the forward reads the cache. Validation has read
-// every index on the host; the kernel reads them again on the device (no host copy to upload).
+// The KV cache on CUDA (ForwardArgs::kv_cache): the forward's cache parameters, and the append:
+// the rows of k_new and v_new copied to the slots of positions seqlens[b] onwards, before the
+// forward reads the cache. Validation has read every index on the host, or the call is bounded
+// (KvCache::max_seqlen_k) and the kernels clamp them; either way the kernels read them on the
+// device (no host copy to upload).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -8,6 +10,8 @@
 #include <string>
 
 #include "cuda/backend.hpp"
+#include "cuda/common/fwd_params.hpp"
+#include "cuda/common/paged_kv.hpp"
 
 namespace memattn::cuda {
 namespace {
@@ -67,6 +71,18 @@ Status launch(const TensorRef& from, const TensorRef& to, const KvCache& c, cons
 }
 
 }  // namespace
+
+// A contiguous cache's pages are its rows: batch_idx[b], or b.
+void cache_params(const ForwardArgs& a, const detail::Problem& p, FwdParams* f) {
+  if (!p.cache.enabled) return;
+  const KvCache& c = a.kv_cache;
+  f->cache_seqlens = c.seqlens.data;
+  f->cache_new_keys = int(p.cache.new_keys);
+  set_cache_page_size(p.cache.page_size, f);
+  f->cache_num_pages = a.k.sizes[0];
+  if (c.block_table.defined()) f->cache_pages = c.block_table.data, f->cache_pages_stride = c.block_table.row_stride;
+  else if (c.batch_idx.defined()) f->cache_pages = c.batch_idx.data, f->cache_pages_stride = c.batch_idx.stride;
+}
 
 Status append_kv_cache(const ForwardArgs& args, const detail::Problem& p) {
   const KvCache& c = args.kv_cache;
