@@ -4,10 +4,11 @@
     out = memattn.scaled_dot_product_attention(q, k, v)     # SDPA's [B, H, M, D] layout and arguments
 
 CPU tensors run on memattn's CPU backend (float64 on its float64 reference), CUDA tensors on its
-CUDA backend. Both are torch custom ops (memattn::attention_forward / attention_backward) with fake
-implementations, so torch.compile traces them, and gradients flow to q, k, v and the bias; eager
-calls skip the custom-op dispatch and, where the package was built with torch, run a C++ autograd
-Function (host time per call, see _ops.py).
+CUDA backend. Both are torch custom ops (memattn::attention_forward / attention_backward, and
+memattn::attention_kvcache for attention_with_kvcache) with fake implementations, so torch.compile
+traces them, and gradients flow to q, k, v and the bias; eager calls skip the custom-op dispatch
+and, where the package was built with torch, run a C++ autograd Function (host time per call, see
+_ops.py).
 """
 import numbers
 import operator
@@ -246,7 +247,7 @@ def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: O
     splits = 0 if num_splits is None else _int("num_splits", num_splits, 1, 2**31 - 1)
     bound = -1 if max_seqlen_k is None else _int("max_seqlen_k", max_seqlen_k, 0, 2**63 - 1)
     new = [None if t is None else _last_dim_contiguous(name, t) for name, t in (("k_new", k_new), ("v_new", v_new))]
-    out, lse = _ops.attention_kvcache(_last_dim_contiguous("q", q), k_cache, v_cache, *new, cache_seqlens,
+    out, lse = _ops.kvcache(_last_dim_contiguous("q", q), k_cache, v_cache, *new, cache_seqlens,
                                       cache_batch_idx, block_table, left, right, scale, splits, bound)
     return (out, lse) if return_lse else out
 

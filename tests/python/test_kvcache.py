@@ -259,6 +259,28 @@ def test_compiled_call_updates_the_cache_as_eager_does():
     assert torch.equal(compiled_cache.v.nan_to_num(1.0), eager.v.nan_to_num(1.0))
 
 
+def test_eager_call_marks_the_cache_modified():
+    """Eager calls skip the custom op's dispatch; the caches' version counters still move, so
+    autograd catches a tensor saved for a backward and then overwritten by the append, as it does
+    through the op (taken when an input requires a gradient)."""
+    q, keys, values, k_new, v_new = draw(torch.float32, mq=1, m_new=1)
+    cache = Cache(keys, values, [3, 5, 0], 4)
+    seqlens = torch.tensor([3, 5, 0], dtype=torch.int32)
+    before = (cache.k._version, cache.v._version)
+    out = memattn.attention_with_kvcache(q, cache.k, cache.v, k_new, v_new, cache_seqlens=seqlens,
+                                         block_table=cache.block_table)
+    assert cache.k._version > before[0] and cache.v._version > before[1]
+    expect_reference(out, q, keys, values, k_new, v_new, [3, 5, 0])
+
+    leaf = cache.k.nan_to_num(0.0).requires_grad_()
+    saved = leaf * 1.0
+    y = (saved * saved).sum()  # saves `saved` for its backward
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        memattn.attention_with_kvcache(q, saved.detach(), cache.v, k_new, v_new,
+                                       cache_seqlens=seqlens, block_table=cache.block_table)
+        y.backward()
+
+
 def test_opcheck():
     if not hasattr(torch.library, "opcheck"):
         pytest.skip("torch.library.opcheck is newer than this torch")
