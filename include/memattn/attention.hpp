@@ -91,12 +91,13 @@ struct Options {
 // [0, num_pages), and that no new key's slot is any other position's of the call (nor, with
 // batch_idx, two sequences one row). Not with a cache: bias, dropout, variable lengths; the
 // backward takes no cache. The CUDA backend runs cache calls on its paged rows (bf16/fp16, D and
-// Dv <= 256); it copies the index arrays to the host to check them, waiting for the call's stream,
-// unless max_seqlen_k bounds every sequence's keys after the append: then it reads no index on the
-// host (nothing waits; a CUDA graph can capture the call) and its kernels clamp each length to the
-// bound and each page into the cache, so malformed indices never make them read or write outside
-// the tensors, but such a call's output and appended slots are unspecified (overlapping writes
-// included). The CPU backends always read and check every value, the bound included.
+// Dv <= 256, up to 2^31 - 1 keys per sequence); it copies the index arrays to the host to check
+// them, waiting for the call's stream, unless max_seqlen_k bounds every sequence's keys after the
+// append: then it reads no index on the host (nothing waits; a CUDA graph can capture the call)
+// and its kernels clamp each length to the bound and each page into the cache, so malformed
+// indices never make them read or write outside the tensors, but such a call's output and
+// appended slots are unspecified (overlapping writes included). The CPU backends always read and
+// check every value, the bound included.
 struct KvCache {
   IndexRef seqlens;        // [B]: keys in the cache per sequence before the call; enables the cache
   IndexRef batch_idx;      // optional [B], contiguous caches: the cache row of each sequence
