@@ -18,14 +18,38 @@ inline constexpr int kMaxKeySplits = 256;
 inline constexpr int kMinKeyTilesPerSplit = 2;
 inline constexpr int kAutoKeySplits = 64;
 
+// Work items that fill the GPU can still leave its last wave mostly idle: 512 query tiles on 396
+// resident CTAs (chunked prefill, B 16 x 32 heads, on the three-CTA paged rows) take two waves of
+// full-length items where 1.3 would do, and the parts of a 3-way split take 4 waves of a third.
+// Beyond this ratio of waves run to waves needed, up to kMaxWaveSplits parts even them out, each
+// keeping kMinKeyTilesPerWaveSplit key tiles: a part writes its query rows' partial output in
+// fp32, which must stay small beside the keys it reads (B 5 x 32 heads x 512 queries x 512 keys,
+// 8 key tiles, split on the H100: 82 -> 220 us).
+inline constexpr double kMaxWaveLoss = 1.2;
+inline constexpr int kMaxWaveSplits = 4;
+inline constexpr int kMinKeyTilesPerWaveSplit = 16;
+
 // `work_items` CTAs of `key_tiles` key tiles each (the most any tile walks), `resident` CTAs at
-// once: the parts per tile that fill the resident CTAs, or 1 when the work items alone do.
+// once: the parts per tile that fill the resident CTAs, or, when the work items fill them, that
+// even out a last wave left mostly idle; 1 when neither applies.
 constexpr int plan_key_splits(std::int64_t work_items, std::int64_t resident, std::int64_t key_tiles) {
-  if (work_items <= 0 || resident <= work_items) return 1;
-  std::int64_t splits = (resident + work_items - 1) / work_items;
-  if (splits > kAutoKeySplits) splits = kAutoKeySplits;
-  if (splits > key_tiles / kMinKeyTilesPerSplit) splits = key_tiles / kMinKeyTilesPerSplit;
-  return splits > 1 ? int(splits) : 1;
+  if (work_items <= 0 || resident <= 0) return 1;
+  const std::int64_t most = key_tiles / kMinKeyTilesPerSplit;
+  if (resident > work_items) {
+    std::int64_t splits = (resident + work_items - 1) / work_items;
+    if (splits > kAutoKeySplits) splits = kAutoKeySplits;
+    if (splits > most) splits = most;
+    return splits > 1 ? int(splits) : 1;
+  }
+  const std::int64_t waves = (work_items + resident - 1) / resident;
+  if (double(waves * resident) <= kMaxWaveLoss * double(work_items)) return 1;
+  int best = 1;
+  double best_time = double(waves);  // in waves of a whole item
+  for (int splits = 2; splits <= kMaxWaveSplits && splits <= key_tiles / kMinKeyTilesPerWaveSplit; ++splits) {
+    const double time = double((work_items * splits + resident - 1) / resident) / splits;
+    if (time < best_time) best = splits, best_time = time;
+  }
+  return best;
 }
 
 }  // namespace memattn::cuda

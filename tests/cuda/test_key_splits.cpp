@@ -29,5 +29,24 @@ TEST(KeySplits, LeavesAFullGpuAlone) {
   }
 }
 
+// Chunked prefill, B 16 x 32 heads of one 64-row tile each, on three CTAs per SM (396): two
+// waves where 1.29 would do; three parts take 4 waves of a third (1.33). On two CTAs per SM (264)
+// the two waves are 1.94 needed: left alone, as is a long training forward.
+TEST(KeySplits, EvenOutAMostlyIdleLastWave) {
+  EXPECT_EQ(plan_key_splits(512, 396, 128), 3);
+  EXPECT_EQ(plan_key_splits(512, 264, 128), 1);
+  EXPECT_EQ(plan_key_splits(4096, 264, 32), 1);
+  EXPECT_EQ(plan_key_splits(512, 396, 2 * kMinKeyTilesPerWaveSplit), 2);  // parts keep their key tiles
+  EXPECT_EQ(plan_key_splits(512, 396, 2 * kMinKeyTilesPerWaveSplit - 1), 1);
+  EXPECT_EQ(plan_key_splits(640, 264, 8), 1);  // a short training forward: the fp32 parts would cost more
+  // Every choice runs no more waves of whole items than no split.
+  for (std::int64_t items = 264; items < 264 * 6; items += 7) {
+    const int splits = plan_key_splits(items, 264, 64);
+    ASSERT_GE(splits, 1);
+    ASSERT_LE(splits, kMaxWaveSplits);
+    EXPECT_LE(double((items * splits + 263) / 264) / splits, double((items + 263) / 264)) << items;
+  }
+}
+
 }  // namespace
 }  // namespace memattn::cuda
