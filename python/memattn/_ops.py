@@ -410,7 +410,8 @@ def kvcache(*args):
     if _tracing(q) or torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in args):
         return attention_kvcache(*args)
     result = _attention_kvcache(*args)
-    torch.autograd.graph.increment_version([k_cache, v_cache])
+    for cache in (k_cache, v_cache):  # one tensor a call: torch 2.4 takes no list
+        torch.autograd.graph.increment_version(cache)
     return result
 
 
