@@ -187,7 +187,12 @@ TEST_F(CudaKvCache, BoundedCallsReadNothingOnTheHost) {
   // One stored cache (store() draws its own page order) for the checked call and both bounded ones.
   const Call stored = testing::store(testing::draw(s), Layout::paged, 16);
   Call checked = stored;
+  reference::ForwardResult ref;
+  ASSERT_TRUE(reference::forward(checked.args(Backend::reference), &ref).ok());
   ASSERT_TRUE(run_on_device(checked, checked.args(Backend::cuda), 0).ok());
+  // The bounded calls are compared with this one: it must be right, not merely the same.
+  testing::expect_close(checked.out, ref.out, testing::tolerance(s.dtype), "out");
+  testing::expect_close(checked.lse, ref.lse, 1e-5, "lse");
 
   for (const bool malformed : {false, true}) {
     SCOPED_TRACE(malformed ? "malformed indices" : "valid indices");
