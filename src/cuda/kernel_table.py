@@ -45,6 +45,17 @@ SM80_FEATURED_FALLBACK_TILES = {256: (64, 64, 4)}
 # 300 us, at 1.8 TB/s, against SDPA's 196 us (H100).
 SM80_FEW_QUERIES_TILES = {64: (64, 64, 4), 128: (64, 64, 4), 256: (64, 64, 4)}
 SM80_MANY_QUERIES = 65
+# Decoding and chunked prefill (at most SM80_DECODE_QUERIES queries per key: one row, a kv head's
+# g query heads as its rows, or a chunk of new rows): one warp of 16 rows per CTA, behind the
+# few-queries tile. These read each K/V tile once and are bound by the tiles in flight; the 64-row
+# tile ran its MMAs and softmax for 64 rows where 1-16 were real, with one copy in flight per 128
+# threads. H100, bf16, forced rows in one process, ms, 64-row tile -> 16-row: tensors, D = 128
+# B 16 / 32k / 32-8 heads 0.809 -> 0.759, B 1 / 128k / MHA 0.984 -> 0.786; D = 64 0.508 -> 0.416,
+# 0.558 -> 0.421. KV cache (rows located once per tile, paged_kv.hpp), B 16 / 32k / 32-8 paged by
+# 16: D = 128 1.883 -> 1.779; chunked prefill (16 rows x 8k, paged) D = 128 0.792 -> 0.739, D = 64
+# 0.653 -> 0.579. 32 rows with 2 warps fell between (H200). At D = 256 the 16-row tile spills.
+SM80_DECODE_TILES = {64: (16, 64, 1), 128: (16, 64, 1)}
+SM80_DECODE_QUERIES = 16
 # KV cache rows (kPagedKV, paged_kv.hpp): the few-queries tile of these buckets, each key row's
 # address looked up from its page (any page size), split keys for decoding.
 SM80_PAGED_BUCKETS = (64, 128, 256)
@@ -281,8 +292,13 @@ def all_rows():
             few = SM80_FEW_QUERIES_TILES.get(head_dim)
             rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, False,
                             min_queries_per_key=SM80_MANY_QUERIES if few else 0))
+            decode = SM80_DECODE_TILES.get(head_dim)
+            few_min = SM80_DECODE_QUERIES + 1 if decode else 0
             if few:
-                rows.append(Row(80, "fwd", dtype, head_dim, *few, "registers", "vector16", False, False))
+                rows.append(Row(80, "fwd", dtype, head_dim, *few, "registers", "vector16", False, False,
+                                min_queries_per_key=few_min))
+            if decode:
+                rows.append(Row(80, "fwd", dtype, head_dim, *decode, "registers", "vector16", False, False))
             rows.append(Row(80, "fwd", dtype, head_dim, fm, fn, fw, "registers", "vector16", True, True,
                             dropout_paired=True))
             rows.append(Row(80, "fwd", dtype, head_dim, em, en, ew, "registers", "element", True, True))
@@ -300,8 +316,12 @@ def all_rows():
                 rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, True,
                                 dropout_paired=True))
         for head_dim in SM80_PAGED_BUCKETS:
+            decode = SM80_DECODE_TILES.get(head_dim)
             rows.append(Row(80, "fwd", dtype, head_dim, *SM80_FEW_QUERIES_TILES[head_dim], "registers", "vector16",
-                            False, False, paged=True))
+                            False, False, paged=True, min_queries_per_key=SM80_DECODE_QUERIES + 1 if decode else 0))
+            if decode:
+                rows.append(Row(80, "fwd", dtype, head_dim, *decode, "registers", "vector16", False, False,
+                                paged=True))
         for head_dim, (bm, bn, warps) in SM80_WIDE_TILES.items():
             rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             wide=True))

@@ -1,9 +1,10 @@
 // Split keys, the combine (split_keys.hpp has the kernel's side): each query row's parts, an
 // output normalised over its part's keys and that part's LSE, merge into out and lse:
 //   lse = log sum_s exp(lse_s),  out = sum_s exp(lse_s - lse) out_s.
-// One warp per (sequence, head, row), its lanes over the head_dim_v columns. A part without keys
-// (LSE -inf) weighs 0; a row without keys in every part gets out 0 and LSE -inf; a NaN LSE makes
-// the row NaN, as a NaN score does in one pass.
+// One CTA per (sequence, head, row): its threads weigh the parts, then its warps take every
+// kWarps-th part, lanes over the head_dim_v columns, and add their sums through shared memory. A
+// part without keys (LSE -inf) weighs 0; a row without keys in every part gets out 0 and LSE -inf;
+// a NaN LSE makes the row NaN, as a NaN score does in one pass.
 #include <cuda_runtime_api.h>
 
 #include <cute/numeric/numeric_types.hpp>
@@ -14,6 +15,7 @@
 
 #include "cuda/common/fwd_common.hpp"
 #include "cuda/common/split_keys.hpp"
+#include "cuda/key_splits.hpp"
 #include "cuda/split_combine.hpp"
 
 namespace memattn::cuda {
@@ -21,49 +23,83 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kWarpSize = 32;
-// Enough warps to fill the GPU; each strides over the rest.
+constexpr int kThreads = kWarps * kWarpSize;
+// Columns a warp's lanes hold at once (per lane: kColumns / 32 sums in registers).
+constexpr int kColumns = 256;
+// Enough CTAs to fill the GPU; each strides over the rest.
 constexpr std::int64_t kMaxBlocks = 4096;
+static_assert(kMaxKeySplits <= kThreads, "one thread weighs each part");
 
+// The CTA's max (or sum) of one value per thread, through `scratch` (kWarps floats).
+template <bool kMax>
+__device__ float cta_reduce(float v, float* scratch) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    const float o = __shfl_xor_sync(~0u, v, offset);
+    v = kMax ? fmaxf(v, o) : v + o;
+  }
+  __syncthreads();  // scratch is free
+  if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < kWarps; ++w) v = kMax ? fmaxf(v, scratch[w]) : v + scratch[w];
+  return v;
+}
+
+// Why a CTA per row: decoding has few rows (B 1, 8 kv heads x 4 query heads: 32) and up to 64
+// parts each, and a warp per row read a column's parts one after another: 32 warps on the GPU,
+// each waiting on 64 L2 reads per column. With this combine and the 16-row decoding tile, B 1 /
+// 8k keys / 32-8 heads / D = 128 went from 56 to 29 us (H100, bf16, bench/decode.py).
 template <class Element>
-__global__ void __launch_bounds__(kWarps * kWarpSize) split_combine_kernel(const __grid_constant__ FwdParams p) {
-  const int lane = threadIdx.x % kWarpSize;
+__global__ void __launch_bounds__(kThreads) split_combine_kernel(const __grid_constant__ FwdParams p) {
+  __shared__ float weight[kMaxKeySplits];
+  __shared__ float sums[kWarps][kColumns];
+  __shared__ float scratch[kWarps];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const std::int64_t rows = std::int64_t(p.batch) * p.heads_q * p.seqlen_q;
   const std::int64_t split_stride = p.partial_batch * p.heads_q * p.partial_rows;
-  const std::int64_t step = std::int64_t(gridDim.x) * kWarps;
-  for (std::int64_t item = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize; item < rows; item += step) {
+  for (std::int64_t item = blockIdx.x; item < rows; item += gridDim.x) {
     const std::int64_t row = item % p.seqlen_q;
     const int h = int(item / p.seqlen_q % p.heads_q);
     const int b = int(item / p.seqlen_q / p.heads_q);
     const SequenceInfo seq = sequence_info(p, b);
-    if (row >= seq.q_len) continue;
+    if (row >= seq.q_len) continue;  // the same for the whole CTA
     const std::int64_t first = partial_offset(p, seq, h, 0) + row;
-    float top = -INFINITY;
-    bool nan = false;
-    for (int s = lane; s < p.num_splits; s += kWarpSize) {
-      const float l = p.partial_lse[first + s * split_stride];
-      top = fmaxf(top, l);
-      nan |= l != l;
-    }
-    for (int offset = kWarpSize / 2; offset > 0; offset /= 2) top = fmaxf(top, __shfl_xor_sync(~0u, top, offset));
-    nan = __any_sync(~0u, nan);
+    const bool mine = int(threadIdx.x) < p.num_splits;
+    const float l = mine ? p.partial_lse[first + threadIdx.x * split_stride] : -INFINITY;
+    const float top = cta_reduce<true>(l, scratch);
+    const bool nan = __syncthreads_or(l != l);
     Element* out = o_at<Element>(p, seq.batch, seq.q_begin + row, h);
     float lse = -INFINITY;
     if (top == -INFINITY && !nan) {  // no key in any part
-      for (int c = lane; c < p.head_dim_v; c += kWarpSize) out[c] = Element(0.0f);
+      for (int c = threadIdx.x; c < p.head_dim_v; c += kThreads) out[c] = Element(0.0f);
     } else {
-      float total = 0.0f;
-      for (int s = 0; s < p.num_splits; ++s) total += expf(p.partial_lse[first + s * split_stride] - top);
-      lse = top + logf(total);
-      for (int c = lane; c < p.head_dim_v; c += kWarpSize) {
-        float acc = 0.0f;
-        for (int s = 0; s < p.num_splits; ++s) {
-          const std::int64_t part = first + s * split_stride;
-          acc += expf(p.partial_lse[part] - lse) * p.partial_out[part * p.head_dim_v + c];
+      const float e = mine ? expf(l - top) : 0.0f;
+      lse = top + logf(cta_reduce<false>(e, scratch));
+      if (mine) weight[threadIdx.x] = expf(l - lse);
+      __syncthreads();
+      for (int c0 = 0; c0 < p.head_dim_v; c0 += kColumns) {
+        float acc[kColumns / kWarpSize] = {};
+        for (int s = warp; s < p.num_splits; s += kWarps) {
+          const float w = weight[s];
+          const float* part = p.partial_out + (first + s * split_stride) * p.head_dim_v + c0;
+#pragma unroll
+          for (int k = 0; k < kColumns / kWarpSize; ++k) {
+            const int c = lane + k * kWarpSize;
+            if (c0 + c < p.head_dim_v) acc[k] += w * part[c];
+          }
         }
-        out[c] = Element(acc);
+#pragma unroll
+        for (int k = 0; k < kColumns / kWarpSize; ++k) sums[warp][lane + k * kWarpSize] = acc[k];
+        __syncthreads();
+        for (int c = threadIdx.x; c < kColumns && c0 + c < p.head_dim_v; c += kThreads) {
+          float total = 0.0f;
+          for (int w = 0; w < kWarps; ++w) total += sums[w][c];
+          out[c0 + c] = Element(total);
+        }
+        __syncthreads();  // sums and weight are reused
       }
     }
-    if (p.lse != nullptr && lane == 0)
+    if (p.lse != nullptr && threadIdx.x == 0)
       p.lse[seq.batch * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_begin + row) * p.lse_row_stride] = lse;
   }
 }
@@ -71,8 +107,8 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) split_combine_kernel(const
 template <class Element>
 cudaError_t launch(const FwdParams& p, cudaStream_t stream) {
   const std::int64_t rows = std::int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  const unsigned blocks = unsigned(std::max<std::int64_t>(1, std::min((rows + kWarps - 1) / kWarps, kMaxBlocks)));
-  split_combine_kernel<Element><<<blocks, kWarps * kWarpSize, 0, stream>>>(p);
+  const unsigned blocks = unsigned(std::max<std::int64_t>(1, std::min(rows, kMaxBlocks)));
+  split_combine_kernel<Element><<<blocks, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -92,12 +92,12 @@ class KernelTable(unittest.TestCase):
                     self.assertTrue(r.fused)
                 if r.fused:  # never chosen with `deterministic` (the dispatcher)
                     self.assertTrue(r.atomics and r.pass_ == "bwd" and not r.dropout)
-                if r.min_queries_per_key:  # the one-pass backward, or a plain forward with a few-queries tile
-                    self.assertTrue(r.fused or (r.pass_ == "fwd" and r.features == "plain"))
-                    if r.pass_ == "fwd":  # that tile sorts behind it, in its bucket
-                        few = [f for f in self.rows if (f.pass_, f.dtype, f.head_dim, f.features, f.min_queries_per_key)
-                               == ("fwd", r.dtype, r.head_dim, "plain", 0) and f.block_m < r.block_m
-                               and f.sort_key() > r.sort_key()]
+                if r.min_queries_per_key:  # the one-pass backward, or a plain or paged forward with a smaller tile
+                    self.assertTrue(r.fused or (r.pass_ == "fwd" and r.features in ("plain", "paged")))
+                    if r.pass_ == "fwd":  # a tile for fewer queries sorts behind it, in its bucket, down to one for any
+                        few = [f for f in self.rows if (f.pass_, f.dtype, f.head_dim, f.features)
+                               == ("fwd", r.dtype, r.head_dim, r.features) and f.block_m < r.block_m
+                               and f.min_queries_per_key < r.min_queries_per_key and f.sort_key() > r.sort_key()]
                         self.assertTrue(few, f"{r.name}: no few-queries tile behind it")
                 if r.bias_tile:
                     self.assertTrue(r.bias and r.loads == "vector16")

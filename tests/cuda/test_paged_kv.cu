@@ -1,8 +1,10 @@
 // The paged K/V loads' addresses (common/paged_kv.hpp), on the host (no GPU): for every thread of
-// the forward's tiled copy, every unit of a key tile in range lands at its row's page slot and
-// column, every in-range (row, 8-column chunk) exactly once over the threads, and the units past
-// the tile's keys or head dim are the ones skipped (zero-filled). Page sizes below, equal to and
-// above the 64-key tile, tiles that cross pages, and a contiguous cache (page b of Mk_max rows).
+// the forward's tiled copies (the 64-row and the 16-row tile; rows looked up per unit, or located
+// once per tile as the kernels do), every unit of a key tile in range lands at its row's page
+// slot and column, every in-range (row, 8-column chunk) exactly once over the threads, and the
+// units past the tile's keys or head dim are the ones skipped (zero-filled). Page sizes below,
+// equal to and above the 64-key tile, tiles that cross pages, and a contiguous cache (page b of
+// Mk_max rows).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,8 +21,9 @@
 namespace memattn::cuda {
 namespace {
 
-using Traits = sm80::FwdTraits<cutlass::bfloat16_t, 128, 64, 64, 4, Loads::vector16>;
-using Element = Traits::Element;
+// The few-queries tile (four warps) and the decoding tile (one warp: each thread walks 16 rows).
+using Tile64 = sm80::FwdTraits<cutlass::bfloat16_t, 128, 64, 64, 4, Loads::vector16>;
+using Tile16 = sm80::FwdTraits<cutlass::bfloat16_t, 128, 16, 64, 1, Loads::vector16>;
 
 struct Layout {
   std::int64_t page_size, pages_per_seq, heads, head_dim, num_pages;
@@ -34,14 +37,12 @@ struct Layout {
   }
 };
 
-// Runs the walk of every thread over key tile n0 of sequence b (rows, cols in range) and checks each
-// unit against the layout's own arithmetic.
-void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
-  FwdParams p{};
-  p.cache_pages = l.table.empty() ? nullptr : l.table.data();
-  p.cache_pages_stride = l.pages_per_seq;
-  set_cache_page_size(l.page_size, &p);
-  p.cache_num_pages = l.num_pages;
+// Runs the walk of every thread over key tile n0 of sequence b (rows, cols in range), its rows
+// found by `rows_at` (a PageLookup or LocatedRows), and checks each unit against the layout's own
+// arithmetic.
+template <class Traits, class Rows>
+void check_walk(const Layout& l, const Rows& rows_at, int b, std::int64_t n0, int rows, int cols) {
+  using Element = typename Traits::Element;
   // Addresses only: the walk computes them and never reads through them.
   const auto* base = reinterpret_cast<const Element*>(std::uintptr_t(1) << 40);
   const auto tile = cute::make_shape(cute::Int<Traits::kBlockN>{}, cute::Int<Traits::kHeadDim>{});
@@ -52,7 +53,7 @@ void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
     auto thr = load.get_thread_slice(t);
     auto coord = thr.partition_S(cute::make_identity_tensor(tile));
     for_each_paged_unit(
-        thr, base, l.page_stride(), l.row_stride(), tile, PageLookup(p, b), int(n0), rows, cols,
+        thr, base, l.page_stride(), l.row_stride(), tile, rows_at, int(n0), rows, cols,
         [&](auto&& unit, int m, int k) {
           const int r = cute::get<0>(coord(0, m, k)), c = cute::get<1>(coord(0, m, k));
           ASSERT_LT(r, rows);
@@ -78,6 +79,37 @@ void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
     }
   EXPECT_EQ(int(seen.size()), expected);
   EXPECT_EQ(expected + skipped, Traits::kBlockN * Traits::kHeadDim / 8);
+}
+
+// Both ways the kernels find a tile's rows: a lookup per unit, and the tile's rows located once
+// by every thread of the CTA (the kernels' way; rows past the keys are left unset, -1, so that a
+// walk reading them would land elsewhere), for both tiles.
+template <class Traits>
+void check_tile_of(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
+  FwdParams p{};
+  p.cache_pages = l.table.empty() ? nullptr : l.table.data();
+  p.cache_pages_stride = l.pages_per_seq;
+  set_cache_page_size(l.page_size, &p);
+  p.cache_num_pages = l.num_pages;
+  const PageLookup pages(p, b);
+  {
+    SCOPED_TRACE("a lookup per unit");
+    check_walk<Traits>(l, pages, b, n0, rows, cols);
+  }
+  std::vector<PagedRow> located(Traits::kBlockN, PagedRow{-1, -1});
+  for (int t = 0; t < Traits::kThreads; ++t)
+    locate_tile_rows<Traits::kBlockN>(pages, int(n0), rows, t, Traits::kThreads, located.data());
+  SCOPED_TRACE("rows located once");
+  check_walk<Traits>(l, LocatedRows{located.data(), int(n0)}, b, n0, rows, cols);
+}
+
+void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
+  {
+    SCOPED_TRACE("64-row tile");
+    check_tile_of<Tile64>(l, b, n0, rows, cols);
+  }
+  SCOPED_TRACE("16-row tile");
+  check_tile_of<Tile16>(l, b, n0, rows, cols);
 }
 
 Layout shuffled_pages(std::int64_t page_size, int batch, std::int64_t capacity) {

@@ -52,15 +52,49 @@ struct PageLookup {
   }
 };
 
-// Walks the copy units of key rows [n0, n0 + kRows) of a sequence (its PageLookup), as the tiled copy `thr` would
-// split a strided tile whose rows start at `head_base` (the cache tensor at page 0, row 0, of the
-// head): each unit moved by the difference between its row's place in its page and its place in
-// that layout. `visit(unit, m, k)` gets each unit in range (a gmem tensor of its elements, at its
+// A key row's page and slot, looked up once per tile for both of its copies (K and V).
+struct PagedRow {
+  int page;  // block-table entries are int32
+  int slot;
+};
+
+// Rows [n0, n0 + rows) of a kRows-key tile located into `out` by `threads` threads, this one
+// `thread` of them. With each copy unit looking its row up (a division and a dependent
+// block-table read before its cp.async), a one-warp CTA did 16 of them per thread per copy: bf16,
+// D = 128, B 16 / 32k keys / 32-8 heads on the 16-row tile, a contiguous cache took 0.834 ms where
+// the same keys as tensors took 0.564 (H200); located once per tile, 0.933 against 0.759 (H100).
+template <int kRows>
+CUTE_HOST_DEVICE void locate_tile_rows(const PageLookup& pages, int n0, int rows, int thread, int threads,
+                                       PagedRow* out) {
+  for (int r = thread; r < kRows && r < rows; r += threads) {
+    std::int64_t page = 0;
+    int slot = 0;
+    pages.locate(n0 + r, &page, &slot);
+    out[r] = {int(page), slot};
+  }
+}
+
+// The rows of one tile as locate_tile_rows left them, in PageLookup's terms (position j).
+struct LocatedRows {
+  const PagedRow* rows;
+  int n0;
+
+  CUTE_HOST_DEVICE void locate(int j, std::int64_t* page, int* slot) const {
+    const PagedRow r = rows[j - n0];
+    *page = r.page;
+    *slot = r.slot;
+  }
+};
+
+// Walks the copy units of key rows [n0, n0 + kRows) of a sequence (found by a PageLookup, or by the
+// tile's LocatedRows), as the tiled copy `thr` would split a strided tile whose rows start at
+// `head_base` (the cache tensor at page 0, row 0, of the head): each unit moved by the difference
+// between its row's place in its page and its place in that layout. `visit(unit, m, k)` gets each unit in range (a gmem tensor of its elements, at its
 // page); `skip(m, k)` each unit past `rows` or `cols` (which the copy zero-fills). Host and device:
 // tests/cuda/test_paged_kv.cu checks the addresses on the host.
-template <class ThrCopy, class Element, class TileShape, class Visit, class Skip>
+template <class ThrCopy, class Element, class TileShape, class Rows, class Visit, class Skip>
 CUTE_HOST_DEVICE void for_each_paged_unit(const ThrCopy& thr, const Element* head_base, std::int64_t page_stride,
-                                          std::int64_t row_stride, TileShape tile, const PageLookup& pages,
+                                          std::int64_t row_stride, TileShape tile, const Rows& pages,
                                           int n0, int rows, int cols, Visit&& visit, Skip&& skip) {
   using namespace cute;
   Tensor src = thr.partition_S(cute::make_tensor(make_gmem_ptr(head_base), tile, make_stride(row_stride, _1{})));
@@ -89,10 +123,10 @@ CUTE_HOST_DEVICE void for_each_paged_unit(const ThrCopy& thr, const Element* hea
 }
 
 // Copies those rows into the shared-memory tile `smem` (cp.async per unit; the rest zero-filled).
-template <class TiledCopy, class ThrCopy, class Element, class TileShape, class Smem>
+template <class TiledCopy, class ThrCopy, class Element, class TileShape, class Smem, class Rows>
 __device__ __forceinline__ void copy_paged_rows(const TiledCopy& load, const ThrCopy& thr, const Element* head_base,
                                                 std::int64_t page_stride, std::int64_t row_stride, TileShape tile,
-                                                Smem&& smem, const PageLookup& pages, int n0, int rows, int cols) {
+                                                Smem&& smem, const Rows& pages, int n0, int rows, int cols) {
   using namespace cute;
   Tensor dst = thr.partition_D(smem);
   for_each_paged_unit(

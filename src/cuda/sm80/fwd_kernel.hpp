@@ -40,15 +40,28 @@ struct ForwardTiles {
   Element v[Traits::kSmemElemsKV];
 };
 
-// ... then, in the kBiasTile rows, the bias of the (query tile, key tile) that K holds.
-template <class Traits, unsigned kFeatures, bool = tiles_bias(kFeatures)>
+// ... then, in the kBiasTile rows, the bias of the (query tile, key tile) that K holds; in the
+// kPagedKV rows, the pages and slots of two key tiles' rows (the next tile's located while this
+// one's are read).
+enum class ForwardExtra { none, bias_tile, paged_rows };
+template <unsigned kFeatures>
+constexpr ForwardExtra forward_extra() {
+  return tiles_bias(kFeatures) ? ForwardExtra::bias_tile
+         : (kFeatures & kPagedKV) != 0 ? ForwardExtra::paged_rows : ForwardExtra::none;
+}
+template <class Traits, unsigned kFeatures, ForwardExtra = forward_extra<kFeatures>()>
 struct ForwardSharedStorage : ForwardTiles<Traits> {
   static constexpr bool kTileBias = false;
 };
 template <class Traits, unsigned kFeatures>
-struct ForwardSharedStorage<Traits, kFeatures, true> : ForwardTiles<Traits> {
+struct ForwardSharedStorage<Traits, kFeatures, ForwardExtra::bias_tile> : ForwardTiles<Traits> {
   static constexpr bool kTileBias = true;
   char bias[BiasTileShape<Traits::kBlockM, Traits::kBlockN>::kBytes];
+};
+template <class Traits, unsigned kFeatures>
+struct ForwardSharedStorage<Traits, kFeatures, ForwardExtra::paged_rows> : ForwardTiles<Traits> {
+  static constexpr bool kTileBias = false;
+  PagedRow rows[2][Traits::kBlockN];
 };
 
 template <class Traits, unsigned kFeatures>
@@ -111,11 +124,19 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   const int hk = work.h / p.group;
   const std::int64_t kv_batch = kPaged ? 0 : seq.batch;
   // The sequence's page lookup, made once: rebuilt at each load it cost the paged D = 128 row a
-  // spill under the three-CTA register cap.
+  // spill under the three-CTA register cap. Each key tile's rows are located with it into shared
+  // memory (locate_rows), tile n's into rows[n % 2], where both of the tile's copies read them.
   [[maybe_unused]] const auto pages = [&] {
     if constexpr (kPaged) return PageLookup(p, work.b);
     else return 0;
   }();
+  const auto locate_rows = [&](int n) {
+    if constexpr (kPaged) {
+      const int n0 = n * kBlockN;
+      locate_tile_rows<kBlockN>(pages, n0, int(min(std::int64_t(kBlockN), seq.k_len - n0)),
+                                opaque_thread<Traits::kThreads>(), Traits::kThreads, storage.rows[n % 2]);
+    }
+  };
   const Element* k_ptr = k_at<Element>(p, kv_batch, seq.k_begin, hk);
   const Element* v_ptr = v_at<Element>(p, kv_batch, seq.k_begin, hk);
   // Copies K or V tile n into shared memory (rows past the sequence's keys and head-dim columns
@@ -128,7 +149,8 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
     if constexpr (kPaged) {
       Tensor s = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutKV{});
-      copy_paged_rows(load, thr, opaque(base), page_stride, row_stride, tile_kv, s, pages, int(n0),
+      copy_paged_rows(load, thr, opaque(base), page_stride, row_stride, tile_kv, s,
+                      LocatedRows{storage.rows[n % 2], int(n0)}, int(n0),
                       int(min(std::int64_t(kBlockN), seq.k_len - n0)), cols);
     } else {
       Tensor g = cute::make_tensor(make_gmem_ptr(opaque(base) + n0 * row_stride), tile_kv, make_stride(row_stride, _1{}));
@@ -156,6 +178,10 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
         load_bias_tile<kBlockM, kBlockN, Traits::kThreads>(p, work.b, work.h, m0, std::int64_t(n) * kBlockN, seq.q_len,
                                                            seq.k_len, smem_bias);
   };
+  if constexpr (kPaged) {
+    locate_rows(n_last);
+    __syncthreads();
+  }
   load_kv(k_ptr, p.k_batch_stride, p.k_row_stride, smem_k, n_last, p.head_dim);
   load_bias(n_last);
   cp_async_fence();
@@ -200,9 +226,10 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     Tensor acc_s = partition_fragment_C(mma, make_shape(Int<kBlockM>{}, Int<kBlockN>{}));
     clear(acc_s);
     cp_async_wait<0>();
-    __syncthreads();  // K(n) landed; everyone is done with V(n + 1)
+    __syncthreads();  // K(n) landed; everyone is done with V(n + 1) and with its rows
     load_kv(v_ptr, p.v_batch_stride, p.v_row_stride, smem_v, n, p.head_dim_v);
     cp_async_fence();
+    if (n > n_first) locate_rows(n - 1);  // read by K(n - 1)'s copy, after the next barrier
 
     CUTE_UNROLL
     for (int kk = 0; kk < size<2>(tSrQ); ++kk) {
