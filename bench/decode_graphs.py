@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Decoding kernels alone: each call captured in a CUDA graph and replayed after an L2 flush (median
+of 30, us), so that host time (a Python call's launches, which bench/decode.py's timing includes)
+drops out. memattn on K/V tensors, attention_with_kvcache on a contiguous cache (one appended key,
+max_seqlen_k) with the dispatcher's split count and with 8..256 parts forced, and SDPA's FLASH and
+CUDNN backends, over a fixed list of decoding problems (bf16, one query row per sequence).
+
+  python3 bench/decode_graphs.py
+"""
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import memattn
+
+PROBLEMS = [(1, 2048, 32, 8, 128), (1, 8192, 32, 8, 128), (1, 32768, 32, 8, 128), (16, 2048, 32, 8, 128),
+            (1, 8192, 32, 32, 128), (1, 8192, 32, 8, 64), (16, 8192, 32, 8, 128)]  # B, Mk, Hq, Hk, D
+SPLITS = [None, 8, 16, 32, 64, 128, 256]  # None: the dispatcher's choice
+PEERS = [("FA2", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)]
+
+
+def graph_us(fn, flush, iters=30):
+    """Median time of fn's work replayed from a CUDA graph, L2 flushed before each replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture (allocations, first-call work)
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    times = []
+    for _ in range(iters):
+        flush.zero_()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) * 1e3)
+    return statistics.median(times)
+
+
+def cell(fn, flush):
+    try:
+        return f"{graph_us(fn, flush):.1f}"
+    except Exception as e:  # a backend that refuses the problem or the capture
+        return f"({type(e).__name__})"
+
+
+def main():
+    dev = "cuda"
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    print("| B | Mk | Hq/Hk | D | tensors | " + " | ".join(f"cache ({s or 'auto'})" for s in SPLITS) + " | "
+          + " | ".join(name for name, _ in PEERS) + " |")
+    print("|---" * (5 + len(SPLITS) + len(PEERS)) + "|")
+    for b, mk, hq, hk, d in PROBLEMS:
+        gen = torch.Generator(device=dev).manual_seed(1)
+        rand = lambda *shape: torch.randn(*shape, generator=gen, device=dev, dtype=torch.bfloat16)
+        q, k, v, k_new, v_new = rand(b, 1, hq, d), rand(b, mk, hk, d), rand(b, mk, hk, d), rand(b, 1, hk, d), rand(b, 1, hk, d)
+        held = torch.full((b,), mk - 1, dtype=torch.int32, device=dev)
+        cells = [cell(lambda: memattn.attention(q, k, v), flush)]
+        for splits in SPLITS:
+            cells.append(cell(lambda: memattn.attention_with_kvcache(q, k, v, k_new, v_new, cache_seqlens=held,
+                                                                     num_splits=splits, max_seqlen_k=mk), flush))
+        for _, backend in PEERS:
+            def sdpa():
+                with sdpa_kernel([backend]):
+                    return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                          enable_gqa=hq != hk)
+            cells.append(cell(sdpa, flush))
+        print(f"| {b} | {mk} | {hq}/{hk} | {d} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
