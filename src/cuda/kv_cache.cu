@@ -16,58 +16,39 @@
 namespace memattn::cuda {
 namespace {
 
-// One of the two copies: rows [B, M_new, Hk] of `width` elements, each into its slot of the cache.
+// The two copies (k_new into k, v_new into v): rows [B, M_new, Hk] of `width` 16-bit units each
+// (fp32 is copied as pairs of them), each into the slot of its position, found as the forward's
+// paged loads find it (PageLookup over the forward's cache fields).
 struct AppendView {
-  const std::uint16_t* from;  // k_new or v_new (16-bit elements; fp32 is copied as pairs of them)
-  std::uint16_t* to;          // the cache tensor
-  std::int64_t from_strides[3], to_strides[3];  // (batch, row, head), in 16-bit units
-  std::int64_t width;                           // head dim, in 16-bit units
+  const std::uint16_t* from[2];  // k_new, v_new
+  std::uint16_t* to[2];          // the cache tensors
+  std::int64_t from_strides[2][3], to_strides[2][3];  // (batch, row, head), in 16-bit units
+  std::int64_t width[2];                              // head dims, in 16-bit units
   std::int64_t batch, rows, heads;
-  const int* seqlens;
-  const int* pages;  // page of a position block (block table or batch_idx); null: page b
-  std::int64_t pages_stride, page_size;
-  // Bounds for values the host did not read (KvCache::max_seqlen_k): each sequence's keys after the
-  // append, and the cache's pages. Validated values pass unchanged.
-  std::int64_t max_keys, num_pages;
+  // Each sequence's keys after the append, at most: a length the host did not read
+  // (KvCache::max_seqlen_k) is clamped to it; validated lengths pass unchanged.
+  std::int64_t max_keys;
+  FwdParams cache;  // cache_seqlens, the block table or batch_idx, the page size, the page count
 };
 
-__global__ void append_kernel(AppendView v) {
-  const std::int64_t total = v.batch * v.rows * v.heads * v.width;
+// blockIdx.y: 0 copies the keys, 1 the values (one launch for both).
+__global__ void append_kernel(const __grid_constant__ AppendView v) {
+  const int which = blockIdx.y;
+  const std::int64_t width = v.width[which];
+  const std::int64_t total = v.batch * v.rows * v.heads * width;
   const std::int64_t step = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
-    const std::int64_t col = e % v.width, h = e / v.width % v.heads, m = e / (v.width * v.heads) % v.rows;
-    const std::int64_t b = e / (v.width * v.heads * v.rows);
-    const std::int64_t held = v.seqlens[b];
-    const std::int64_t j = (held < 0 ? 0 : (held > v.max_keys - v.rows ? v.max_keys - v.rows : held)) + m;
-    const std::int64_t listed = v.pages != nullptr ? v.pages[b * v.pages_stride + j / v.page_size] : b;
-    const std::int64_t page = listed < 0 ? 0 : (listed >= v.num_pages ? v.num_pages - 1 : listed);
-    v.to[page * v.to_strides[0] + (j % v.page_size) * v.to_strides[1] + h * v.to_strides[2] + col] =
-        v.from[b * v.from_strides[0] + m * v.from_strides[1] + h * v.from_strides[2] + col];
+    const std::int64_t col = e % width, h = e / width % v.heads, m = e / (width * v.heads) % v.rows;
+    const int b = int(e / (width * v.heads * v.rows));
+    const std::int64_t held = v.cache.cache_seqlens[b];
+    const int j = int((held < 0 ? 0 : (held > v.max_keys - v.rows ? v.max_keys - v.rows : held)) + m);
+    std::int64_t page = 0;
+    int slot = 0;
+    PageLookup(v.cache, b).locate(j, &page, &slot);
+    const std::int64_t* to = v.to_strides[which];
+    const std::int64_t* from = v.from_strides[which];
+    v.to[which][page * to[0] + slot * to[1] + h * to[2] + col] = v.from[which][b * from[0] + m * from[1] + h * from[2] + col];
   }
-}
-
-Status launch(const TensorRef& from, const TensorRef& to, const KvCache& c, const detail::Problem& p,
-              cudaStream_t stream) {
-  const std::int64_t units = std::int64_t(dtype_size(from.dtype)) / 2;  // 16-bit units per element
-  AppendView v{};
-  v.from = static_cast<const std::uint16_t*>(from.data);
-  v.to = static_cast<std::uint16_t*>(to.data);
-  for (int d = 0; d < 3; ++d) v.from_strides[d] = from.strides[d] * units, v.to_strides[d] = to.strides[d] * units;
-  v.width = from.sizes[3] * units;
-  v.batch = from.sizes[0], v.rows = from.sizes[1], v.heads = from.sizes[2];
-  v.seqlens = c.seqlens.data;
-  v.page_size = p.cache.page_size;
-  v.max_keys = p.seqlen_k;
-  v.num_pages = to.sizes[0];
-  if (c.block_table.defined()) v.pages = c.block_table.data, v.pages_stride = c.block_table.row_stride;
-  else if (c.batch_idx.defined()) v.pages = c.batch_idx.data, v.pages_stride = c.batch_idx.stride;
-  constexpr int kThreads = 256;
-  const std::int64_t total = v.batch * v.rows * v.heads * v.width;
-  const unsigned blocks = unsigned(std::min<std::int64_t>((total + kThreads - 1) / kThreads, 65536));
-  append_kernel<<<blocks, kThreads, 0, stream>>>(v);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return {StatusCode::device_error, std::string("kv_cache append: ") + cudaGetErrorString(e)};
-  return Status::Ok();
 }
 
 }  // namespace
@@ -87,9 +68,28 @@ void cache_params(const ForwardArgs& a, const detail::Problem& p, FwdParams* f) 
 Status append_kv_cache(const ForwardArgs& args, const detail::Problem& p) {
   const KvCache& c = args.kv_cache;
   if (!p.cache.enabled || p.cache.new_keys == 0 || p.batch == 0 || p.heads_k == 0) return Status::Ok();
-  const auto stream = static_cast<cudaStream_t>(args.stream);
-  if (Status s = launch(c.k_new, args.k, c, p, stream); !s.ok()) return s;
-  return launch(c.v_new, args.v, c, p, stream);
+  AppendView v{};
+  const TensorRef* from[2] = {&c.k_new, &c.v_new};
+  const TensorRef* to[2] = {&args.k, &args.v};
+  std::int64_t widest = 0;
+  for (int w = 0; w < 2; ++w) {
+    const std::int64_t units = std::int64_t(dtype_size(from[w]->dtype)) / 2;  // 16-bit units per element
+    v.from[w] = static_cast<const std::uint16_t*>(from[w]->data);
+    v.to[w] = static_cast<std::uint16_t*>(to[w]->data);
+    for (int d = 0; d < 3; ++d) v.from_strides[w][d] = from[w]->strides[d] * units, v.to_strides[w][d] = to[w]->strides[d] * units;
+    v.width[w] = from[w]->sizes[3] * units;
+    widest = std::max(widest, v.width[w]);
+  }
+  v.batch = c.k_new.sizes[0], v.rows = c.k_new.sizes[1], v.heads = c.k_new.sizes[2];
+  v.max_keys = p.seqlen_k;
+  cache_params(args, p, &v.cache);
+  constexpr int kThreads = 256;
+  const std::int64_t total = v.batch * v.rows * v.heads * widest;
+  const dim3 grid(unsigned(std::min<std::int64_t>((total + kThreads - 1) / kThreads, 65536)), 2);
+  append_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(args.stream)>>>(v);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return {StatusCode::device_error, std::string("kv_cache append: ") + cudaGetErrorString(e)};
+  return Status::Ok();
 }
 
 }  // namespace memattn::cuda

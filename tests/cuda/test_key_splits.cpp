@@ -3,6 +3,9 @@
 // (CudaForwardSplitKeys).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "cuda/key_splits.hpp"
 
 namespace memattn::cuda {
@@ -11,9 +14,22 @@ namespace {
 // Decoding on an H100 with two CTAs of the 64-row tile per SM (264 at once): 32 query tiles
 // (B 1, 32 heads, or 8 kv heads of 4 packed query heads each with B 4) of 512 key tiles.
 TEST(KeySplits, FillTheResidentCtas) {
-  EXPECT_EQ(plan_key_splits(32, 264, 512), 9);   // 288 CTAs: every slot busy
   EXPECT_EQ(plan_key_splits(8, 264, 128), 33);   // B 1, 8 kv heads: 264 CTAs of 3-4 key tiles
   EXPECT_EQ(plan_key_splits(1, 264, 4096), kAutoKeySplits);
+}
+
+// Parts just under one wave, unless rounding up runs fewer waves per part.
+TEST(KeySplits, OneWaveRatherThanASpilledSecond) {
+  EXPECT_EQ(plan_key_splits(32, 264, 512), 8);    // 256 CTAs; 9 parts would spill 24 of 288
+  EXPECT_EQ(plan_key_splits(128, 792, 512), 6);   // B 16 x 8 kv heads, six one-warp CTAs per SM
+  EXPECT_EQ(plan_key_splits(400, 792, 512), 1);   // a tie (a wave of wholes, two of halves): down
+  EXPECT_EQ(plan_key_splits(512, 792, 512), 1);   // B 16 x 32 heads: likewise
+  for (std::int64_t items = 1; items < 264; ++items) {  // never more waves per part than rounding up
+    const std::int64_t over = (264 + items - 1) / items, splits = plan_key_splits(items, 264, 4096);
+    const auto waves = [&](std::int64_t s) { return double((items * s + 263) / 264) / double(s); };
+    if (over <= kAutoKeySplits) EXPECT_LE(waves(splits), waves(over)) << items;
+    EXPECT_GE(splits, std::min<std::int64_t>(264 / items, kAutoKeySplits)) << items;
+  }
 }
 
 TEST(KeySplits, EachPartKeepsKeyTiles) {
