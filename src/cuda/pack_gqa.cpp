@@ -30,6 +30,22 @@ TensorRef heads_as_rows(TensorRef t, int heads, int rows, std::int64_t heads_k, 
   return t;
 }
 
+// The call with the g query heads of each kv head as the rows of one unmasked problem: the views
+// of q, out and lse, and the problem's heads, rows and mask. Keys, values and bias unchanged.
+void call_with_heads_as_rows(const ForwardArgs& a, const detail::Problem& p, ForwardArgs* packed,
+                             detail::Problem* packed_problem) {
+  const std::int64_t group = p.group_size();
+  *packed = a;
+  packed->q = heads_as_rows(a.q, 2, 1, p.heads_k, group);
+  packed->out = heads_as_rows(a.out, 2, 1, p.heads_k, group);
+  if (a.lse.defined()) packed->lse = heads_as_rows(a.lse, 1, 2, p.heads_k, group);
+  *packed_problem = p;
+  packed_problem->heads_q = p.heads_k;
+  packed_problem->seqlen_q = group;
+  packed_problem->window_left = packed_problem->window_right = kUnbounded;
+  packed_problem->bottom_right = false;
+}
+
 }  // namespace
 
 bool pack_gqa_rows(const ForwardArgs& a, const detail::Problem& p, ForwardArgs* packed,
@@ -41,15 +57,7 @@ bool pack_gqa_rows(const ForwardArgs& a, const detail::Problem& p, ForwardArgs* 
     // bounds it on the left, and the key counts differ by sequence, so only then is it rewritten
     // (the cache's rows need no narrowing).
     if (p.window_left != kUnbounded) return false;
-    *packed = a;
-    packed->q = heads_as_rows(a.q, 2, 1, p.heads_k, group);
-    packed->out = heads_as_rows(a.out, 2, 1, p.heads_k, group);
-    if (a.lse.defined()) packed->lse = heads_as_rows(a.lse, 1, 2, p.heads_k, group);
-    *packed_problem = p;
-    packed_problem->heads_q = p.heads_k;
-    packed_problem->seqlen_q = group;
-    packed_problem->window_left = packed_problem->window_right = kUnbounded;
-    packed_problem->bottom_right = false;
+    call_with_heads_as_rows(a, p, packed, packed_problem);
     return true;
   }
   // The one row's keys: its diagonal is key 0 (top-left) or the last key (bottom-right).
@@ -60,25 +68,16 @@ bool pack_gqa_rows(const ForwardArgs& a, const detail::Problem& p, ForwardArgs* 
   if (first > last) return false;  // no key: the usual path writes the empty rows
   const std::int64_t keys = last - first + 1;
 
-  *packed = a;
-  packed->q = heads_as_rows(a.q, 2, 1, p.heads_k, group);
-  packed->out = heads_as_rows(a.out, 2, 1, p.heads_k, group);
-  if (a.lse.defined()) packed->lse = heads_as_rows(a.lse, 1, 2, p.heads_k, group);
+  call_with_heads_as_rows(a, p, packed, packed_problem);
   packed->k = narrow(a.k, 1, first, keys);
   packed->v = narrow(a.v, 1, first, keys);
-  *packed_problem = p;
-  detail::Problem& pp = *packed_problem;
   if (p.has_bias) {
     TensorRef bias = heads_as_rows(a.bias, 1, 2, p.heads_k, group);
     if (!p.bias_broadcast[3]) bias = narrow(bias, 3, first, keys);
     packed->bias = bias;
-    pp.bias_broadcast[2] = p.bias_broadcast[1];
+    packed_problem->bias_broadcast[2] = p.bias_broadcast[1];
   }
-  pp.heads_q = p.heads_k;
-  pp.seqlen_q = group;
-  pp.seqlen_k = keys;
-  pp.window_left = pp.window_right = kUnbounded;
-  pp.bottom_right = false;
+  packed_problem->seqlen_k = keys;
   return true;
 }
 
