@@ -318,6 +318,8 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
 // B 16 / 32k / 32-8 heads 0.98-1.01 -> 0.91-0.93; chunked prefill (16 rows) lost 5-10%. The plain
 // 64-query rows gained 9% at B 1 / MHA but lost 7% at B 16 / GQA and 7% on chunked prefill: they
 // keep the minimum of one, spelled out as everywhere else (leaving it out changes the code).
+// (Decoding has since moved to the 16-row one-warp tile at D <= 128, kernel_table.py's
+// SM80_DECODE_TILES; the 64-row paged tile serves 17 to 64 queries per key there.)
 template <class Traits, unsigned kFeatures>
 constexpr int min_ctas_per_sm() {
   const bool decode_tile = Traits::kBlockM == 64 && Traits::kWarps == 4 && Traits::kHeadDim <= 128;
