@@ -14,6 +14,7 @@
 #include "core/problem.hpp"
 #include "cpu/backend.hpp"
 #include "cuda/pack_gqa.hpp"
+#include "memattn/reference.hpp"
 #include "workload/workload.hpp"
 
 namespace memattn {
@@ -39,7 +40,20 @@ ProblemSpec decoding() {
   return s;
 }
 
-// The original call and the rewritten one on the CPU backend; their outputs and LSE agree.
+// Within `tol` of `want` relative to 1 + |want|; an infinite `want` (a row without keys) exactly.
+void expect_near(const std::vector<double>& got, const std::vector<double>& want, double tol, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t e = 0; e < want.size(); ++e) {
+    if (std::isinf(want[e])) {
+      ASSERT_EQ(got[e], want[e]) << what << " element " << e;
+      continue;
+    }
+    ASSERT_NEAR(got[e], want[e], tol * (1 + std::fabs(want[e]))) << what << " element " << e;
+  }
+}
+
+// The original call on the CPU backend against the float64 reference, then the rewritten one
+// against the original: outputs and LSE agree.
 void expect_same_result(const ProblemSpec& spec) {
   SCOPED_TRACE(spec.describe());
   Workload w(spec);
@@ -55,27 +69,23 @@ void expect_same_result(const ProblemSpec& spec) {
   EXPECT_EQ(packed_problem.seqlen_q, spec.heads_q / spec.heads_k);
   EXPECT_FALSE(packed_problem.is_masked());
 
+  // The reference reads a cache's new keys from k_new, so it runs before the append as after it.
+  reference::ForwardResult ref;
+  ASSERT_TRUE(reference::forward(args, &ref).ok());
   w.poison_outputs();
   if (p.cache.enabled) cpu::append_kv_cache(args, p);
   ASSERT_TRUE(cpu::forward(args, p).ok());
   const std::vector<double> out = w.to_double(Tensor::out), lse = w.to_double(Tensor::lse);
+  expect_near(out, ref.out, 1e-4, "out against the reference");
+  expect_near(lse, ref.lse, 1e-4, "lse against the reference");
   w.poison_outputs();
   // The append writes the same values to the same slots again.
   if (packed_problem.cache.enabled) cpu::append_kv_cache(packed, packed_problem);
   ASSERT_TRUE(cpu::forward(packed, packed_problem).ok());
   const std::vector<double> packed_out = w.to_double(Tensor::out), packed_lse = w.to_double(Tensor::lse);
 
-  ASSERT_EQ(out.size(), packed_out.size());
-  for (std::size_t e = 0; e < out.size(); ++e)
-    ASSERT_NEAR(packed_out[e], out[e], 1e-5 * (1 + std::fabs(out[e]))) << "out element " << e;
-  ASSERT_EQ(lse.size(), packed_lse.size());
-  for (std::size_t e = 0; e < lse.size(); ++e) {
-    if (std::isinf(lse[e])) {
-      EXPECT_EQ(packed_lse[e], lse[e]) << "lse element " << e;
-      continue;
-    }
-    ASSERT_NEAR(packed_lse[e], lse[e], 1e-5 * (1 + std::fabs(lse[e]))) << "lse element " << e;
-  }
+  expect_near(packed_out, out, 1e-5, "out");
+  expect_near(packed_lse, lse, 1e-5, "lse");
 }
 
 TEST(PackGqa, EveryMaskGivesTheSameResult) {
