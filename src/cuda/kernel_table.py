@@ -56,6 +56,12 @@ SM80_MANY_QUERIES = 65
 # 0.653 -> 0.579. 32 rows with 2 warps fell between (H200). At D = 256 the 16-row tile spills.
 SM80_DECODE_TILES = {64: (16, 64, 1), 128: (16, 64, 1)}
 SM80_DECODE_QUERIES = 16
+
+
+def few_queries_min(head_dim):
+    """The few-queries tile's min_queries_per_key: above the decoding tile's range where that exists."""
+    return SM80_DECODE_QUERIES + 1 if head_dim in SM80_DECODE_TILES else 0
+
 # KV cache rows (kPagedKV, paged_kv.hpp): the few-queries tile of these buckets, each key row's
 # address looked up from its page (any page size), split keys for decoding.
 SM80_PAGED_BUCKETS = (64, 128, 256)
@@ -293,10 +299,9 @@ def all_rows():
             rows.append(Row(80, "fwd", dtype, head_dim, pm, pn, pw, "registers", "vector16", False, False,
                             min_queries_per_key=SM80_MANY_QUERIES if few else 0))
             decode = SM80_DECODE_TILES.get(head_dim)
-            few_min = SM80_DECODE_QUERIES + 1 if decode else 0
             if few:
                 rows.append(Row(80, "fwd", dtype, head_dim, *few, "registers", "vector16", False, False,
-                                min_queries_per_key=few_min))
+                                min_queries_per_key=few_queries_min(head_dim)))
             if decode:
                 rows.append(Row(80, "fwd", dtype, head_dim, *decode, "registers", "vector16", False, False))
             rows.append(Row(80, "fwd", dtype, head_dim, fm, fn, fw, "registers", "vector16", True, True,
@@ -318,7 +323,7 @@ def all_rows():
         for head_dim in SM80_PAGED_BUCKETS:
             decode = SM80_DECODE_TILES.get(head_dim)
             rows.append(Row(80, "fwd", dtype, head_dim, *SM80_FEW_QUERIES_TILES[head_dim], "registers", "vector16",
-                            False, False, paged=True, min_queries_per_key=SM80_DECODE_QUERIES + 1 if decode else 0))
+                            False, False, paged=True, min_queries_per_key=few_queries_min(head_dim)))
             if decode:
                 rows.append(Row(80, "fwd", dtype, head_dim, *decode, "registers", "vector16", False, False,
                                 paged=True))

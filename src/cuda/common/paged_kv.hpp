@@ -89,9 +89,10 @@ struct LocatedRows {
 // Walks the copy units of key rows [n0, n0 + kRows) of a sequence (found by a PageLookup, or by the
 // tile's LocatedRows), as the tiled copy `thr` would split a strided tile whose rows start at
 // `head_base` (the cache tensor at page 0, row 0, of the head): each unit moved by the difference
-// between its row's place in its page and its place in that layout. `visit(unit, m, k)` gets each unit in range (a gmem tensor of its elements, at its
-// page); `skip(m, k)` each unit past `rows` or `cols` (which the copy zero-fills). Host and device:
-// tests/cuda/test_paged_kv.cu checks the addresses on the host.
+// between its row's place in its page and its place in that layout. `visit(unit, m, k)` gets each
+// unit in range (a gmem tensor of its elements, at its page); `skip(m, k)` each unit past `rows`
+// or `cols` (which the copy zero-fills). Host and device: tests/cuda/test_paged_kv.cu checks the
+// addresses on the host.
 template <class ThrCopy, class Element, class TileShape, class Rows, class Visit, class Skip>
 CUTE_HOST_DEVICE void for_each_paged_unit(const ThrCopy& thr, const Element* head_base, std::int64_t page_stride,
                                           std::int64_t row_stride, TileShape tile, const Rows& pages,
