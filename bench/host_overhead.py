@@ -55,8 +55,8 @@ def paths(b, h, s, d, causal):
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     scale = 1.0 / d ** 0.5
     bmhk = [t.transpose(1, 2) for t in (q, k, v)]
-    # attention_forward's arguments after bias (the last: deterministic); -1, -1: no varlen bounds
-    args = (-1, 0 if causal else -1, False, 0.0, None, scale, None, None, None, -1, -1, False)
+    # attention_forward's arguments after bias (the last: deterministic, precision); -1, -1: no varlen bounds
+    args = (-1, 0 if causal else -1, False, 0.0, None, scale, None, None, None, -1, -1, False, 0)
 
     def sdpa():
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):

@@ -7,7 +7,8 @@ scale = L / sqrt(D), so that the scores have standard deviation about L), and q,
 ("one-hot": q_i a copy of key (7 i) mod N, scale 1e4 / D, so that the exact P is 1 on that key and
 0 elsewhere and dv is a sum of rows of dout: a backward whose recomputed P is exactly the
 forward's gets it to the rounding of that sum), runs forward and backward of
-memattn's op and of SDPA's FLASH (FlashAttention-2), CUDNN, EFFICIENT and MATH backends (on the
+memattn's op (fp32 twice: "memattn" with precision ieee, FMAs throughout, and "memattn tf32x3", its
+3xTF32 forward alone, which serves calls that autograd does not record) and of SDPA's FLASH (FlashAttention-2), CUDNN, EFFICIENT and MATH backends (on the
 CPU: FLASH, PyTorch's CPU kernel, and MATH) on the same inputs, and compares each result with
 float64 math attention on those inputs (upcast after rounding to the dtype). A backend that
 refuses a problem (FA2 and cuDNN take fp16/bf16 only) prints "n/a". Each case's inputs depend on
@@ -94,6 +95,14 @@ def forward_backward(attend, q, k, v, dout):
     return [t.detach().double() for t in (out, q.grad, k.grad, v.grad)]
 
 
+def forward_only(attend, q, k, v, dout):
+    """(out, None, None, None) of attend(q, k, v) without autograd: memattn's 3xTF32 forward serves
+    only calls that autograd does not record (its backward recomputes the scores with FMAs)."""
+    with torch.no_grad():
+        out = attend(q, k, v)
+    return [out.double(), None, None, None]
+
+
 def reference(q, k, v, dout, scale):
     """Float64 math attention on the rounded inputs, and the largest |LSE|."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
@@ -115,6 +124,9 @@ def errors(got, ref, inputs, scale):
     typical = {"dq": scale * dp * rms(k), "dk": scale * dp * rms(q)}
     res = {}
     for name, x, r in zip(("out", "dq", "dk", "dv"), got, ref):
+        if x is None:
+            res[name] = None
+            continue
         diff = (x - r).norm().item()
         if name in typical:
             res[name] = diff / (typical[name] * math.sqrt(r.numel())) if typical[name] > 0 else float("nan")
@@ -124,14 +136,16 @@ def errors(got, ref, inputs, scale):
     return res
 
 
-def memattn_attend():
-    """memattn's SDPA drop-in, or None when the package is not importable (PYTHONPATH=<build>/python)."""
+def memattn_attend(precision):
+    """memattn's op on [B, H, M, D] tensors at a `precision` (how fp32 is multiplied), or None when
+    the package is not importable (PYTHONPATH=<build>/python)."""
     try:
         import memattn
     except ImportError as e:
         print(f"memattn not importable ({e}); its rows print n/a", file=sys.stderr)
         return None
-    return lambda q, k, v, scale: memattn.scaled_dot_product_attention(q, k, v, scale=scale)
+    t = lambda x: x.transpose(1, 2)
+    return lambda q, k, v, scale: t(memattn.attention(t(q), t(k), t(v), scale=scale, precision=precision))
 
 
 def sdpa(backend):
@@ -167,8 +181,9 @@ def main():
     shapes = [tuple(int(x) for x in s.split(",")) for s in shapes_text.split(";") if s]
     dtypes = [d for d in args.dtypes.split(",") if d]
 
-    mem = memattn_attend()
-    impls = [("memattn", mem)] + [(name, sdpa(b)) for name, b in SDPA[device]]
+    # fp32 both ways (precision: FMAs, or 3xTF32 in the forward); 16-bit dtypes ignore it.
+    impls = [("memattn", memattn_attend("ieee")), ("memattn tf32x3", memattn_attend("tf32x3"))]
+    impls += [(name, sdpa(b)) for name, b in SDPA[device]]
     meta = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 device=torch.cuda.get_device_name(0) if device == "cuda" else "cpu", torch=torch.__version__,
                 cudnn=torch.backends.cudnn.version() if device == "cuda" else None, commit=args.commit,
@@ -190,7 +205,10 @@ def main():
             ref, max_lse = reference(*inputs, scale)
             label = {"logits": f"{size:g}", "inputs": f"inputs {size:g}", "onehot": f"one-hot {size:g}"}[kind]
             for name, attend in impls:
-                got = None if attend is None else forward_backward(lambda q, k, v: attend(q, k, v, scale), *inputs)
+                if name == "memattn tf32x3" and dtype != "fp32":
+                    continue
+                run = forward_only if name == "memattn tf32x3" else forward_backward
+                got = None if attend is None else run(lambda q, k, v: attend(q, k, v, scale), *inputs)
                 err = None if got is None else errors(got, ref, inputs, scale)
                 rows.append(dict(shape=shape, dtype=dtype, kind=kind, size=size, scale=scale, max_lse=max_lse,
                                  backend=name, errors=err))

@@ -29,6 +29,7 @@ struct CallOptions {
   Index seqstart_q, seqstart_k, seqused_k;
   std::int64_t max_seqlen_q, max_seqlen_k;  // Varlen's bounds; kUnknownLength: not given
   std::uintptr_t stream;
+  std::int64_t precision;  // Precision's value
 
   void apply(Options* o) const {
     o->backend = backend;
@@ -37,6 +38,7 @@ struct CallOptions {
     o->scale = scale;
     o->varlen = {seqstart_q.ref(), seqstart_k.ref(), seqused_k.ref(), max_seqlen_q, max_seqlen_k};
     o->stream = reinterpret_cast<void*>(stream);
+    o->precision = Precision(precision);
   }
 };
 
@@ -47,8 +49,8 @@ struct Api {
 };
 
 // 2: Options gained `overrides`; 3: Varlen holds sized, strided views; 4: and length bounds;
-// 5: ForwardArgs gained `kv_cache`
-constexpr int kApiVersion = 5;
+// 5: ForwardArgs gained `kv_cache`; 6: Options gained `precision`
+constexpr int kApiVersion = 6;
 constexpr const char* kApiCapsuleName = "memattn._C._api";
 
 }  // namespace memattn::python

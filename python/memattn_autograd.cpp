@@ -170,17 +170,20 @@ struct Settings {
   double dropout_p;
   std::optional<double> scale;  // none: the library's default, 1/sqrt(D)
   std::int64_t max_seqlen_q, max_seqlen_k;  // variable lengths' bounds, -1: not given
-  bool deterministic, bhmd;
+  bool deterministic;
+  std::int64_t precision;  // memattn::Precision's value
+  bool bhmd;
 
-  static constexpr std::array<const char*, 9> kKeys = {"window_left",  "window_right",  "bottom_right",
-                                                       "dropout_p",    "scale",         "max_seqlen_q",
-                                                       "max_seqlen_k", "deterministic", "bhmd"};
+  static constexpr std::array<const char*, 10> kKeys = {"window_left",   "window_right", "bottom_right", "dropout_p",
+                                                        "scale",         "max_seqlen_q", "max_seqlen_k",
+                                                        "deterministic", "precision",    "bhmd"};
   void save(AutogradContext* ctx) const {
     ctx->saved_data[kKeys[0]] = window_left, ctx->saved_data[kKeys[1]] = window_right;
     ctx->saved_data[kKeys[2]] = bottom_right, ctx->saved_data[kKeys[3]] = dropout_p;
     ctx->saved_data[kKeys[4]] = scale ? c10::IValue(*scale) : c10::IValue();
     ctx->saved_data[kKeys[5]] = max_seqlen_q, ctx->saved_data[kKeys[6]] = max_seqlen_k;
-    ctx->saved_data[kKeys[7]] = deterministic, ctx->saved_data[kKeys[8]] = bhmd;
+    ctx->saved_data[kKeys[7]] = deterministic, ctx->saved_data[kKeys[8]] = precision;
+    ctx->saved_data[kKeys[9]] = bhmd;
   }
   static Settings load(AutogradContext* ctx) {
     const auto& d = ctx->saved_data;
@@ -193,7 +196,8 @@ struct Settings {
             d.at(kKeys[5]).toInt(),
             d.at(kKeys[6]).toInt(),
             d.at(kKeys[7]).toBool(),
-            d.at(kKeys[8]).toBool()};
+            d.at(kKeys[8]).toInt(),
+            d.at(kKeys[9]).toBool()};
   }
 };
 
@@ -255,6 +259,7 @@ void fill_options(memattn::Options* o, const at::Tensor& q, const Settings& s, c
   };
   c.seqstart_q = index(seqstart_q), c.seqstart_k = index(seqstart_k), c.seqused_k = index(seqused_k);
   c.max_seqlen_q = s.max_seqlen_q, c.max_seqlen_k = s.max_seqlen_k;
+  c.precision = s.precision;
   if (q.is_cuda()) c.stream = current_stream(q.device());
   c.apply(o);
   if (!q.is_cuda()) return;
@@ -286,12 +291,13 @@ struct Attention : torch::autograd::Function<Attention> {
                                const OptTensor& bias, std::int64_t window_left, std::int64_t window_right,
                                bool bottom_right, double dropout_p, const OptTensor& rng, std::optional<double> scale,
                                const OptTensor& seqstart_q, const OptTensor& seqstart_k, const OptTensor& seqused_k,
-                               std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, bool deterministic, bool bhmd) {
+                               std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, bool deterministic,
+                               std::int64_t precision, bool bhmd) {
     TORCH_CHECK_VALUE(q.dim() == 4 && v.dim() == 4, "memattn: q and v must be 4-d tensors");
     // The library launches on the current device: make it q's (as torch's own ops do).
     const c10::OptionalDeviceGuard device_guard(q.device());
     const Settings s{window_left, window_right, bottom_right, dropout_p, scale, max_seqlen_q, max_seqlen_k,
-                     deterministic, bhmd};
+                     deterministic, precision, bhmd};
     const std::int64_t batch = q.size(0), rows = q.size(bhmd ? 2 : 1), heads = q.size(bhmd ? 1 : 2);
     const std::int64_t dv = v.size(3);
     // Out in BMHK memory either way (bhmd: strides of the transposed view, as SDPA returns it).
@@ -322,7 +328,7 @@ struct Attention : torch::autograd::Function<Attention> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    constexpr std::size_t kInputs = 17;  // forward's arguments after ctx
+    constexpr std::size_t kInputs = 18;  // forward's arguments after ctx
     variable_list result(kInputs);
     if (!grads[0].defined()) return result;  // only the LSE was used, which has no gradient
     const at::Tensor dout = grads[0].stride(-1) == 1 ? grads[0] : grads[0].contiguous();
@@ -365,12 +371,12 @@ py::tuple attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
                     std::int64_t window_left, std::int64_t window_right, bool bottom_right, double dropout_p,
                     const OptTensor& rng, std::optional<double> scale, const OptTensor& seqstart_q,
                     const OptTensor& seqstart_k, const OptTensor& seqused_k, std::int64_t max_seqlen_q,
-                    std::int64_t max_seqlen_k, bool deterministic, bool bhmd) {
+                    std::int64_t max_seqlen_k, bool deterministic, std::int64_t precision, bool bhmd) {
   variable_list r;
   try {
     const py::gil_scoped_release release;
     r = Attention::apply(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                         seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, bhmd);
+                         seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision, bhmd);
   } catch (const c10::ValueError& e) {
     throw py::value_error(e.what_without_backtrace());
   } catch (const c10::NotImplementedError& e) {

@@ -64,7 +64,7 @@ memattn::python::CallOptions settings(const py::dict& s) {
           s["scale"].cast<std::optional<double>>(), index(s, "seqstart_q"),
           index(s, "seqstart_k"),                   index(s, "seqused_k"),
           s["max_seqlen_q"].cast<std::int64_t>(),   s["max_seqlen_k"].cast<std::int64_t>(),
-          s["stream"].cast<std::uintptr_t>()};
+          s["stream"].cast<std::uintptr_t>(),      s["precision"].cast<std::int64_t>()};
 }
 
 // The workspace a CUDA call needs, from the caller's allocator: allocate(bytes) -> (pointer,

@@ -60,6 +60,7 @@ struct Options {
   std::optional<double> scale;  // default 1 / sqrt(D)
   Varlen varlen;
   Backend backend = Backend::automatic;
+  Precision precision = Precision::automatic;  // fp32 products on the CUDA backend (types.hpp)
   void* stream = nullptr;  // cudaStream_t for the CUDA backend; ignored on the CPU
   // Scratch memory where the tensors live. When `workspace` is null the library allocates what it
   // needs itself; when it is set it must hold at least the size the *_workspace_size query gives.

@@ -22,6 +22,19 @@ enum class Backend : int { automatic, cpu, cuda, reference };
 
 const char* to_string(Backend backend);
 
+// How the CUDA backend multiplies fp32 inputs (16-bit inputs ignore it: their products are exact in
+// fp32). `ieee`: plain fp32 FMAs on CUDA cores. `tf32x3`: tensor cores, each fp32 product as three
+// TF32 products (big and small parts of each operand), within DESIGN's fp32 tolerance at up to 1.5x
+// the FMAs' error (docs/decisions.md, fp32 precision); calls that no 3xTF32 row serves (the
+// backward, head dims over 128) take the FMA rows. `automatic`: tf32x3 for a forward that writes no
+// LSE, ieee otherwise: a backward recomputes the scores with FMAs and takes the forward's LSE as
+// exact for them, which 3xTF32 scores are not: given a tf32x3 forward's LSE, dV's error was 5e-5 at
+// logits of 100 (2e-6 from an ieee forward) and NaN at scores of 1e8. A forward whose LSE feeds a
+// backward runs ieee. The CPU backends always compute with fp32 (or float64) FMAs.
+enum class Precision : int { automatic, ieee, tf32x3 };
+
+const char* to_string(Precision precision);
+
 // A strided view of up to 4 dimensions. Sizes and strides count elements, not bytes. The last
 // dimension must be contiguous (stride 1); any other stride is free, 0 included (broadcast).
 // Inputs are read through `data` and never written.

@@ -137,7 +137,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
               dropout_p: float = 0.0, scale: Optional[float] = None, seqstart_q: Optional[Tensor] = None,
               seqstart_k: Optional[Tensor] = None, seqused_k: Optional[Tensor] = None,
               max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None, deterministic: bool = False,
-              return_lse: bool = False):
+              precision: str = "auto", return_lse: bool = False):
     """Attention on BMHK tensors: q [B, Mq, Hq, D], k [B, Mk, Hk, D], v [B, Mk, Hk, Dv] -> [B, Mq, Hq, Dv].
 
     GQA/MQA follow from the head counts (Hq % Hk == 0). bias is additive (or boolean, True =
@@ -150,12 +150,18 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     every sequence: with both, a CUDA call reads no length on the host (it does not wait for the
     GPU and can be captured in a CUDA graph; lengths beyond a bound give unspecified results), and
     without them the lengths are copied to the host and checked.
+    precision ("auto", "ieee" or "tf32x3") is how CUDA calls multiply float32 inputs: FMAs on CUDA
+    cores, or tensor cores with three TF32 products per product (forward rows up to D = 128).
+    tf32x3 serves calls that autograd does not record, and "auto" is tf32x3 there and ieee
+    otherwise: the backward runs on FMAs and takes the forward's LSE as exact for the scores it
+    recomputes, which 3xTF32 scores are not (a gradient error of 5e-5 at logits of 100).
+    Other dtypes and the CPU ignore it.
     return_lse also returns the natural-log logsumexp [B, Hq, Mq] (float32, not differentiable).
     """
     bounds = tuple(-1 if n is None else _int(name, n, 0, 2**63 - 1)
                    for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)))
     out, lse = _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqstart_q, seqstart_k,
-                          seqused_k, deterministic, bhmd=False, bounds=bounds)
+                          seqused_k, deterministic, bhmd=False, bounds=bounds, precision=precision)
     return (out, lse) if return_lse else out
 
 
@@ -171,12 +177,21 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 
 
 def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqstart_q, seqstart_k, seqused_k,
-               deterministic, bhmd, bounds=(-1, -1)):
+               deterministic, bhmd, bounds=(-1, -1), precision="auto"):
     """(out, lse) of BMHK tensors, or of [B, H, M, D] ones with bhmd (read as the BMHK tensors they
     are transposes of, without view nodes in the autograd graph). bounds: (max_seqlen_q,
     max_seqlen_k), -1 where not given."""
     if alignment not in ("top_left", "bottom_right"):
         raise ValueError(f"memattn: alignment must be 'top_left' or 'bottom_right', got {alignment!r}")
+    if not isinstance(precision, str) or precision not in _ops.PRECISIONS:
+        raise ValueError(f"memattn: precision must be one of {', '.join(map(repr, _ops.PRECISIONS))}, got {precision!r}")
+    recorded = torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in (q, k, v, bias))
+    if precision == "auto":
+        precision = "ieee" if recorded else "tf32x3"
+    elif precision == "tf32x3" and recorded and q.dtype == torch.float32:
+        raise ValueError("memattn: precision 'tf32x3' is for calls that autograd does not record: the backward "
+                         "recomputes the scores with FMAs and needs the forward's LSE from the same products (run "
+                         "under torch.no_grad(), or use precision 'auto' or 'ieee')")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.dim() != 4:
             raise ValueError(f"memattn: {name} must be a 4-d tensor [B, {'H, M' if bhmd else 'M, H'}, D]")
@@ -195,7 +210,7 @@ def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqst
     return _ops.attend(
         _last_dim_contiguous("q", q), _last_dim_contiguous("k", k), _last_dim_contiguous("v", v), _bias(bias, q),
         left, right, alignment == "bottom_right", dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k, *bounds,
-        _flag("deterministic", deterministic), bhmd=bhmd)
+        _flag("deterministic", deterministic), _ops.PRECISIONS[precision], bhmd=bhmd)
 
 
 def attention_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Optional[Tensor] = None,

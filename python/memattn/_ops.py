@@ -111,8 +111,12 @@ def _index(t):
     return (t.data_ptr() if t.numel() else t.untyped_storage().data_ptr(), t.numel(), t.stride(0))
 
 
+# memattn::Precision's values (include/memattn/types.hpp), as the ops take them.
+PRECISIONS = {"auto": 0, "ieee": 1, "tf32x3": 2}
+
+
 def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
-             max_seqlen_q, max_seqlen_k):
+             max_seqlen_q, max_seqlen_k, precision=0):
     seed, offset = (0, 0) if rng is None else (int(x) for x in rng.tolist())
     stream = _stream(q.device) if q.is_cuda else 0
     # The tensors' device picks the backend: the library never has to infer where memory lives.
@@ -120,7 +124,7 @@ def _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, 
     return dict(backend=backend, window_left=window_left, window_right=window_right, bottom_right=bottom_right, dropout_p=dropout_p,
                 seed=seed, offset=offset, scale=scale,
                 seqstart_q=_index(seqstart_q), seqstart_k=_index(seqstart_k), seqused_k=_index(seqused_k),
-                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, stream=stream,
+                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, stream=stream, precision=precision,
                 workspace=_allocator(q.device) if q.is_cuda else None)
 
 
@@ -131,11 +135,11 @@ def _check(result):
 
 
 def _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k,
-             seqused_k, max_seqlen_q, max_seqlen_k):
+             seqused_k, max_seqlen_q, max_seqlen_k, precision):
     out = allocate("out", (*q.shape[:-1], v.shape[-1]), q.dtype, q.device)
     lse = allocate("lse", (q.shape[0], q.shape[2], q.shape[1]), torch.float32, q.device)
     opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
-                    max_seqlen_q, max_seqlen_k)
+                    max_seqlen_q, max_seqlen_k, precision)
     _check(_C.forward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), opts))
     return out, lse
 
@@ -145,11 +149,11 @@ def _like(name, t):
 
 
 def _backward_op(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale,
-                 seqstart_q, seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, bias_grad):
+                 seqstart_q, seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision, bias_grad):
     dq, dk, dv = _like("dq", q), _like("dk", k), _like("dv", v)
     dbias = _like("dbias", bias) if bias_grad else q.new_empty(0)
     opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
-                    max_seqlen_q, max_seqlen_k)
+                    max_seqlen_q, max_seqlen_k, precision)
     _check(_C.backward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), _desc(dout), _desc(dq),
                        _desc(dk), _desc(dv), _desc(dbias) if bias_grad else None, deterministic, opts))
     return dq, dk, dv, dbias
@@ -206,17 +210,18 @@ def _check_shapes(q, k, v, bias, seqstart_q, max_seqlen_q, max_seqlen_k):
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], window_left: int, window_right: int,
                       bottom_right: bool, dropout_p: float, rng: Optional[Tensor], scale: Optional[float],
                       seqstart_q: Optional[Tensor], seqstart_k: Optional[Tensor], seqused_k: Optional[Tensor],
-                      max_seqlen_q: int, max_seqlen_k: int, deterministic: bool) -> tuple[Tensor, Tensor]:
+                      max_seqlen_q: int, max_seqlen_k: int, deterministic: bool,
+                      precision: int) -> tuple[Tensor, Tensor]:
     """out [B, Mq, Hq, Dv] and lse [B, Hq, Mq] (float32) of BMHK q, k, v. `deterministic` is for the
     backward; rng is a CPU int64 tensor (seed, offset) when dropout_p > 0; scale None is 1/sqrt(D);
-    max_seqlen_q/k bound variable lengths (-1: not given)."""
+    max_seqlen_q/k bound variable lengths (-1: not given); precision is memattn::Precision's value."""
     return _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                    seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k)
+                    seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, precision)
 
 
 @attention_forward.register_fake
 def _(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k,
-      seqused_k, max_seqlen_q, max_seqlen_k, deterministic):
+      seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision):
     _check_shapes(q, k, v, bias, seqstart_q, max_seqlen_q, max_seqlen_k)
     out = q.new_empty((*q.shape[:-1], v.shape[-1]))
     lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
@@ -228,15 +233,17 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, bias: Opti
                        window_left: int, window_right: int, bottom_right: bool, dropout_p: float,
                        rng: Optional[Tensor], scale: Optional[float], seqstart_q: Optional[Tensor],
                        seqstart_k: Optional[Tensor], seqused_k: Optional[Tensor], max_seqlen_q: int,
-                       max_seqlen_k: int, deterministic: bool, bias_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                       max_seqlen_k: int, deterministic: bool, precision: int,
+                       bias_grad: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """dq, dk, dv and dbias (an empty tensor unless bias_grad) of the forward above."""
     return _backward_op(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale,
-                        seqstart_q, seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, bias_grad)
+                        seqstart_q, seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision,
+                        bias_grad)
 
 
 @attention_backward.register_fake
 def _(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-      seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, bias_grad):
+      seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision, bias_grad):
     _check_shapes(q, k, v, bias, seqstart_q, max_seqlen_q, max_seqlen_k)
     dbias = torch.empty_like(bias) if bias_grad else q.new_empty(0)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dbias
@@ -254,24 +261,26 @@ attention_backward.register_autograd(_no_double_backward)
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
-     max_seqlen_q, max_seqlen_k, deterministic) = inputs
+     max_seqlen_q, max_seqlen_k, deterministic, precision) = inputs
     out, lse = output
     ctx.mark_non_differentiable(lse)  # the LSE is an auxiliary output; its gradient is not supported
     ctx.save_for_backward(q, k, v, bias, out, lse, rng, seqstart_q, seqstart_k, seqused_k)
-    ctx.settings = (window_left, window_right, bottom_right, dropout_p, scale, max_seqlen_q, max_seqlen_k, deterministic)
+    ctx.settings = (window_left, window_right, bottom_right, dropout_p, scale, max_seqlen_q, max_seqlen_k, deterministic,
+                    precision)
 
 
 def _backward_inputs(ctx, dout):
     q, k, v, bias, out, lse, rng, seqstart_q, seqstart_k, seqused_k = ctx.saved_tensors
-    window_left, window_right, bottom_right, dropout_p, scale, max_seqlen_q, max_seqlen_k, deterministic = ctx.settings
+    (window_left, window_right, bottom_right, dropout_p, scale, max_seqlen_q, max_seqlen_k, deterministic,
+     precision) = ctx.settings
     bias_grad = bias is not None and ctx.needs_input_grad[3]
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     return (dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-            seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, bias_grad)
+            seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision, bias_grad)
 
 
-_NON_TENSOR_INPUTS = 12  # attention_forward's inputs after q, k, v and the bias: no gradient
+_NON_TENSOR_INPUTS = 13  # attention_forward's inputs after q, k, v and the bias: no gradient
 
 
 def _gradients(dq, dk, dv, dbias, bias_grad):
@@ -307,11 +316,11 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic):
+                seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision):
         out, lse = _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                            seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k)
+                            seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, precision)
         _setup_context(ctx, (q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                             seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic), (out, lse))
+                             seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision), (out, lse))
         # The LSE's gradient is never used: without this autograd fills a zero tensor for it (a
         # kernel launch on the path to the backward's first kernel).
         ctx.set_materialize_grads(False)

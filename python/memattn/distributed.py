@@ -206,7 +206,7 @@ def _block_backward(dout, q, k, v, out, lse, left, right, scale):
     from the block alone by design, so float64 blocks take the same formulas here in torch."""
     if q.dtype != torch.float64:
         return _ops._backward_op(dout, q, k, v, None, out, lse, left, right, False, 0.0, None, scale, None, None, None,
-                                 -1, -1, False, False)[:3]
+                                 -1, -1, False, _ops.PRECISIONS["ieee"], False)[:3]
     group = q.shape[2] // k.shape[2]
     qh, doh, oh = (t.transpose(1, 2) for t in (q, dout, out))  # [B, H, M, D]
     kh, vh = (t.repeat_interleave(group, dim=2).transpose(1, 2) for t in (k, v))
@@ -231,9 +231,11 @@ def _block_backward(dout, q, k, v, out, lse, left, right, scale):
 def _forward_step(q: Tensor, kv: List[Tensor], out: Tensor, lse: Tensor, pairs, scale: float, first: bool) -> None:
     """One ring step's forward: this rank's queries against the K/V shard in hand, one library call
     per pair of `pairs` (_pairs), folded into the running (out, lse) (`first`: nothing is yet)."""
+    # fp32 blocks by FMAs (precision ieee), as the backward's blocks are: the backward recomputes the
+    # forward's scores, and takes its LSE as exact for them.
     for rows, keys, wl, wr in pairs:
         o, l = _ops._forward(q[:, rows], kv[0][:, keys], kv[1][:, keys], None, wl, wr, False, 0.0, None, scale,
-                             None, None, None, -1, -1)
+                             None, None, None, -1, -1, _ops.PRECISIONS["ieee"])
         _merge(out, lse, rows, o, l, fresh=first and len(pairs) == 1)
 
 

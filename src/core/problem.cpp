@@ -248,6 +248,8 @@ Status check_common(const Options& opt, const TensorRef& q, const TensorRef& k, 
   // a cache's append). A cache's sequences may hold no key: their rows see nothing.
   p->empty = q.sizes[0] == 0 || q.sizes[1] == 0 || p->heads_q == 0 || (!kv_cache && k.sizes[1] == 0) ||
              (p->varlen && (vl.num_seqs() == 0 || vl.max_seqlen_q == 0 || vl.max_seqlen_k == 0));
+  if (opt.precision != Precision::automatic && opt.precision != Precision::ieee && opt.precision != Precision::tf32x3)
+    return invalid("precision: unknown value " + std::to_string(int(opt.precision)));
   pointers.push_back({"workspace", opt.workspace});
   if (Status s = check_locations(pointers, opt.backend, q.dtype, p); !s.ok()) return s;
   if (p->varlen)

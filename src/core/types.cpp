@@ -38,6 +38,15 @@ const char* to_string(Backend backend) {
   return "unknown";
 }
 
+const char* to_string(Precision precision) {
+  switch (precision) {
+    case Precision::automatic: return "auto";
+    case Precision::ieee: return "ieee";
+    case Precision::tf32x3: return "tf32x3";
+  }
+  return "unknown";
+}
+
 const char* to_string(Alignment alignment) {
   return alignment == Alignment::top_left ? "top-left" : "bottom-right";
 }

@@ -18,7 +18,9 @@ namespace memattn::cuda {
 
 enum class Family { sm80, sm90 };
 enum class Accumulator { registers, global };  // where the output/gradient accumulators live
-enum class Math { mma, wgmma, ffma };  // tensor cores (mma.sync, or sm_90a's wgmma) or CUDA-core FMAs
+// Tensor cores (mma.sync, or sm_90a's wgmma), fp32 as three TF32 mma.sync products
+// (tf32x3.hpp), or CUDA-core FMAs.
+enum class Math { mma, wgmma, tf32x3, ffma };
 
 // gridDim.x's limit: a launch with more work items has its CTAs stride over them.
 inline constexpr std::int64_t kMaxGridCtas = 0x7fffffff;
@@ -42,7 +44,7 @@ struct KernelRow {
   int block_m, block_n, warps;
   Accumulator accumulator;
   Math math;
-  int alignment;  // elements: 8 = 16-byte rows and pointers needed, 1 = any
+  int alignment;  // elements: 16 bytes' worth = 16-byte rows and pointers needed, 1 = any
   bool bias, dropout;
   bool bias_tile;     // bias read through shared memory: needs unit column stride, 16-byte rows and pointer
   bool atomics;       // accumulates with atomics: not bit-reproducible (never with `deterministic`)

@@ -139,7 +139,13 @@ GLOBAL_HEAD_DIM = 65536
 # fp32 (FFMA) rows: head-dim bucket -> value chunks of 64 held in registers (0: global workspace).
 FP32_BUCKETS = {64: 1, 128: 2, 256: 4, GLOBAL_HEAD_DIM: 0}
 FP32_TILE = (64, 64, 8)
-ELEMENT_TYPES = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t"}
+# fp32 on TF32 tensor cores, three products per fp32 product (tf32x3.hpp): the register forward
+# (fwd_kernel.hpp) with fp32 tiles, head-dim bucket -> (queries, keys, warps). Rows with aligned
+# loads and no features, with aligned loads and every feature, and with element loads and every
+# feature; other head dims and `precision = ieee` take the FFMA rows.
+TF32X3_FORWARD_TILES = {32: (64, 64, 4), 64: (64, 64, 4), 128: (64, 64, 4)}
+ELEMENT_TYPES = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t", "fp32": "float"}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Backward rows (sm80, bf16/fp16, register accumulators): head-dim buckets and the tile of both
 # kernels (queries x keys per step, warps). Every warp holds 16 full-width rows of dK and dV, so
 # buckets above 128 do not fit in registers with this design.
@@ -224,8 +230,8 @@ SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
 # dQ kernel).
 SM80_BACKWARD_GACC_TILE = (64, 64, 4, 3)  # queries, keys, warps, stages
 CPP_DTYPE = {"bf16": "DType::bf16", "fp16": "DType::f16", "fp32": "DType::f32"}
-# Within a bucket: wgmma rows (sm_90a) before mma.sync rows before CUDA-core rows.
-MATH_RANK = {"wgmma": 0, "mma": 1, "ffma": 2}
+# Within a bucket: wgmma rows (sm_90a) before mma.sync rows before 3xTF32 rows before CUDA-core rows.
+MATH_RANK = {"wgmma": 0, "mma": 1, "tf32x3": 2, "ffma": 3}
 
 
 @dataclass(frozen=True)
@@ -238,10 +244,12 @@ class Row:
     block_n: int
     warps: int
     accumulator: str  # "registers" or "global"
-    loads: str  # "vector16" (needs 8-element alignment) or "element" (any)
+    loads: str  # "vector16" (needs 16-byte alignment) or "element" (any)
     bias: bool
     dropout: bool
-    math: str = "mma"  # "mma" (tensor cores, mma.sync), "wgmma" (sm_90a's warpgroup MMA) or "ffma" (CUDA cores)
+    # "mma" (tensor cores, mma.sync), "wgmma" (sm_90a's warpgroup MMA), "tf32x3" (fp32 as three TF32
+    # mma.sync products) or "ffma" (CUDA cores)
+    math: str = "mma"
     atomics: bool = False  # backward: dQ added with fp32 atomics (not deterministic): the one-pass rows
     bias_tile: bool = False  # bias through a shared-memory tile (needs an aligned, unit-stride bias)
     dropout_paired: bool = False  # each dropout Philox call serves the lanes that need its words
@@ -343,6 +351,10 @@ def all_rows():
     for head_dim, chunks in FP32_BUCKETS.items():
         acc = "registers" if chunks else "global"
         rows.append(Row(80, "fwd", "fp32", head_dim, bm, bn, warps, acc, "element", True, True, math="ffma"))
+    for head_dim, (bm, bn, warps) in TF32X3_FORWARD_TILES.items():
+        for loads, features in (("vector16", False), ("vector16", True), ("element", True)):
+            rows.append(Row(80, "fwd", "fp32", head_dim, bm, bn, warps, "registers", loads, features, features,
+                            math="tf32x3"))
     return rows
 
 
@@ -429,6 +441,7 @@ def covers(a, b, on_sm90=False):
             (not a.bias_tile or b.bias_tile or not b.bias) and
             (not a.atomics or b.atomics) and  # atomics: never with `deterministic`
             (not a.tma or b.tma) and  # a TMA row refuses tensors no tensor map describes
+            (a.math != "tf32x3" or b.math == "tf32x3") and  # 3xTF32 rows refuse `precision = ieee`
             a.paged == b.paged and  # a KV cache problem runs on the paged rows alone
             a.min_queries_per_key <= b.min_queries_per_key)
 
@@ -455,7 +468,7 @@ def buckets_for(rows, head_dim):
 def splits_keys(r):
     """Whether a row's kernel can split a query tile's keys over CTAs (split_keys.hpp): the sm80
     register forward (fwd_kernel.hpp)."""
-    return (r.pass_ == "fwd" and r.family == 80 and r.accumulator == "registers" and r.math == "mma"
+    return (r.pass_ == "fwd" and r.family == 80 and r.accumulator == "registers" and r.math in ("mma", "tf32x3")
             and not r.wide)
 
 
@@ -465,7 +478,7 @@ def template_args(r):
                                           ("kBiasTile", r.bias_tile),
                                           ("kDropoutPaired", r.dropout_paired), ("kPagedKV", r.paged)) if on]) or "kPlain"
     if r.pass_ == "bwd" and r.accumulator == "global" and r.math == "ffma":
-        element = "float" if r.dtype == "fp32" else ELEMENT_TYPES[r.dtype]
+        element = ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
     if r.pass_ == "bwd" and r.fused:
         math = ", GemmKind::wgmma" if r.math == "wgmma" else ""
@@ -489,7 +502,7 @@ def template_args(r):
         split = f", {r.head_split}" if r.head_split > 1 or math else ""
         traits = (f"WideFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
                   f"{r.block_n}, {r.warps}{split}{math}>")
-    elif r.dtype == "fp32":
+    elif r.math == "ffma":
         traits = f"sm80::Fp32FwdTraits<{FP32_BUCKETS[r.head_dim]}>"
     elif r.accumulator == "global":
         traits = (f"sm80::GlobalFwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.block_m}, {r.block_n}, {r.warps}, "
@@ -521,7 +534,7 @@ def launcher(r):
     if r.pass_ == "bwd":
         suffix = "" if r.accumulator == "registers" else "_global" if r.math == "ffma" else "_gacc"
         return "cuda/sm80/bwd_launch.hpp", f"sm80::launch_backward{suffix}", f"sm80::backward{suffix}_resources", "BwdParams"
-    suffix = "_fp32" if r.dtype == "fp32" else "_global" if r.accumulator == "global" else ""
+    suffix = "_fp32" if r.math == "ffma" else "_global" if r.accumulator == "global" else ""
     return "cuda/sm80/fwd_launch.hpp", f"sm80::launch_forward{suffix}", f"sm80::forward{suffix}_resources", "FwdParams"
 
 
@@ -552,7 +565,7 @@ Status {r.name}_resources(KernelResources* r) {{ return {resources}<{template_ar
     def entries(pass_):
         return "\n".join(
             f'      {{"{r.name}", Family::sm{r.family}, {CPP_DTYPE[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, '
-            f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {8 if r.loads == "vector16" else 1}, '
+            f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {16 // ELEMENT_BYTES[r.dtype] if r.loads == "vector16" else 1}, '
             f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.bias_tile).lower()}, {str(r.atomics).lower()}, '
             f'{str(r.fused and r.head_split == 1).lower()}, {str(splits_keys(r)).lower()}, {str(r.tma).lower()}, {str(r.paged).lower()}, '
             f'{r.min_queries_per_key}, {i}, '

@@ -25,7 +25,8 @@ struct Need {
   DType dtype;
   int head_dim;  // max(D, Dv)
   bool bias, dropout;
-  bool aligned;  // 16-byte rows and pointers (alignment 8 elements)
+  bool aligned;  // 16-byte rows and pointers (alignment 16 bytes' elements)
+  bool ieee = false;  // fp32 by FMAs (Precision): no 3xTF32 rows
   bool bias_tileable = false;  // bias with unit column stride and 16-byte rows and pointer
   // No dbias, or one that a bias-tile row can write: through its fp32 workspace (broadcast
   // dimensions) or from the tile (16-bit, 16-byte rows); those rows carry no per-element dbias
@@ -43,7 +44,7 @@ struct Need {
 bool aligned16(const TensorRef& t) {
   if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
   for (int d = 0; d + 1 < t.rank; ++d)
-    if (t.strides[d] % 8 != 0) return false;
+    if (t.strides[d] * std::int64_t(dtype_size(t.dtype)) % 16 != 0) return false;
   return true;
 }
 
@@ -85,7 +86,8 @@ Need need(const detail::Problem& p, std::initializer_list<const TensorRef*> tens
   n.head_dim = int(std::max(p.head_dim, p.head_dim_v));
   n.bias = p.has_bias;
   n.dropout = p.has_dropout();
-  n.aligned = p.head_dim % 8 == 0 && p.head_dim_v % 8 == 0 && p.dtype != DType::f32;
+  const std::int64_t vector = 16 / std::int64_t(dtype_size(p.dtype));  // elements in 16 bytes
+  n.aligned = p.head_dim % vector == 0 && p.head_dim_v % vector == 0;
   for (const TensorRef* t : tensors) n.aligned = n.aligned && aligned16(*t);
   n.compute_capability = compute_capability();
   n.smem_per_block = smem_per_block_optin();
@@ -129,6 +131,9 @@ bool tma_loadable(const TensorRef& t) {
 
 Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
+  // `automatic`: FMAs for a call that writes the LSE, which a backward (FMAs) takes as exact for
+  // the scores it recomputes; 3xTF32 scores differ from those by about |S| 2^-22 (types.hpp).
+  n.ieee = a.precision == Precision::ieee || (a.precision == Precision::automatic && a.lse.defined());
   n.tma_loadable = tma_loadable(a.q) && tma_loadable(a.k) && tma_loadable(a.v);
   n.varlen = p.varlen;
   n.kv_cache = p.cache.enabled;
@@ -146,6 +151,7 @@ bool dbias_tileable(const TensorRef& dbias) {
 
 Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
+  n.ieee = a.precision != Precision::tf32x3;
   n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
   n.dbias_stageable = !p.has_dbias || dbias_summed(p) || dbias_tileable(a.dbias);
   n.deterministic = a.deterministic;
@@ -170,7 +176,8 @@ bool fits(const Row& k, const Need& n, std::string* why) {
     return no([&] { return std::string(k.paged ? "reads a KV cache: KV cache calls only" : "no KV cache"); });
   if (k.max_head_dim < n.head_dim) return no([&] { return "head dims up to " + std::to_string(k.max_head_dim); });
   if (k.alignment > 1 && !n.aligned)
-    return no([] { return std::string("needs head dims, strides and pointers aligned to 8 elements"); });
+    return no([] { return std::string("needs head dims, strides and pointers aligned to 16 bytes"); });
+  if (k.math == Math::tf32x3 && n.ieee) return no([] { return std::string("3xTF32: precision ieee asks for FMAs"); });
   if (n.bias && !k.bias) return no([] { return std::string("no bias"); });
   if (n.dropout && !k.dropout) return no([] { return std::string("no dropout"); });
   if (n.bias && k.bias_tile && !n.bias_tileable)
@@ -285,7 +292,10 @@ const char* to_string(Accumulator accumulator) {
 }
 
 const char* to_string(Math math) {
-  return math == Math::mma ? "tensor cores" : math == Math::wgmma ? "tensor cores (wgmma)" : "FFMA";
+  return math == Math::mma      ? "tensor cores"
+         : math == Math::wgmma  ? "tensor cores (wgmma)"
+         : math == Math::tf32x3 ? "tensor cores (3xTF32)"
+                                : "FFMA";
 }
 
 template <class Params>

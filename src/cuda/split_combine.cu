@@ -119,6 +119,7 @@ Status launch_split_combine(const FwdParams& p, DType dtype, cudaStream_t stream
   switch (dtype) {
     case DType::bf16: err = launch<cute::bfloat16_t>(p, stream); break;
     case DType::f16: err = launch<cute::half_t>(p, stream); break;
+    case DType::f32: err = launch<float>(p, stream); break;
     default: return {StatusCode::internal_error, std::string("split combine: dtype ") + to_string(dtype)};
   }
   if (err != cudaSuccess) return {StatusCode::device_error, std::string("split combine kernel: ") + cudaGetErrorString(err)};

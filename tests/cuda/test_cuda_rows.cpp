@@ -77,6 +77,7 @@ bool row_case(const std::string& name, RowCase* c) {
     s.mask = Mask::causal();
   }
   s.backend = Backend::cuda;
+  if (name.find("_tf32x3_") != std::string::npos) s.precision = Precision::tf32x3;  // `automatic` would refuse them
   c->row = name;
   c->backward = t[0] == "bwd";
   (c->backward ? s.backward_overrides : s.forward_overrides).kernel = name;
@@ -123,7 +124,10 @@ void check_cache_row(const tools::ProblemSpec& spec) {
 TEST_P(CudaRows, MatchesReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (GetParam().spec.cache.enabled()) return check_cache_row(GetParam().spec);
-  check_case(GetParam().spec, {GetParam().backward});
+  CheckOptions options;
+  options.backward = GetParam().backward;
+  if (GetParam().spec.precision == Precision::tf32x3) options.naive_factor = 3;
+  check_case(GetParam().spec, options);
 }
 
 // Rows with dropout code apply exactly dropout_keep()'s mask (the reference comparison above has
@@ -134,7 +138,8 @@ TEST_P(CudaRows, DropoutMaskMatchesTheMapping) {
   const RowCase& c = GetParam();
   if (c.spec.dropout.p == 0.0) GTEST_SKIP() << "no dropout code in this row";
   if (c.bucket < 48) GTEST_SKIP() << "head-dim bucket below the mask problem's Dv = 48";
-  check_dropout_masks(Backend::cuda, c.backward, c.spec.dtype, c.spec.forward_overrides, c.spec.backward_overrides);
+  check_dropout_masks(Backend::cuda, c.backward, c.spec.dtype, c.spec.forward_overrides, c.spec.backward_overrides,
+                      c.spec.precision);
 }
 
 // Every backward row that takes `deterministic` (no atomics) gives bit-identical gradients over 20

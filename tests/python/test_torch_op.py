@@ -183,7 +183,7 @@ def test_gradcheck_float64_cpu():
 
     def f(q, k, v, bias):
         out, _ = torch.ops.memattn.attention_forward(q, k, v, bias, 3, 1, True, 0.25, rng, 0.5, None, None, None, -1, -1,
-                                                     False)
+                                                     False, 0)
         return out
 
     assert torch.autograd.gradcheck(f, (q, k, v, bias), eps=1e-6, atol=1e-8)
@@ -192,8 +192,8 @@ def test_gradcheck_float64_cpu():
 def test_opcheck():
     q, k, v = torch.randn(2, 9, 2, 8), torch.randn(2, 11, 1, 8), torch.randn(2, 11, 1, 8)
     bias = torch.randn(2, 1, 9, 11, requires_grad=True)
-    for args in [(q, k, v, None, -1, 0, False, 0.0, None, 0.35, None, None, None, -1, -1, False),
-                 (q.requires_grad_(), k, v, bias, 4, 2, True, 0.0, None, 0.35, None, None, None, -1, -1, False)]:
+    for args in [(q, k, v, None, -1, 0, False, 0.0, None, 0.35, None, None, None, -1, -1, False, 0),
+                 (q.requires_grad_(), k, v, bias, 4, 2, True, 0.0, None, 0.35, None, None, None, -1, -1, False, 2)]:
         torch.library.opcheck(torch.ops.memattn.attention_forward.default, args)
 
 
@@ -339,6 +339,8 @@ def test_bias_leaf_gets_the_gradient_of_each_of_its_elements(device, given, expa
     (dict(causal="no"), "causal must be True or False, got 'no'"),
     (dict(deterministic=1), "deterministic must be True or False, got 1"),
     (dict(bias=[[0.0]]), "bias must be a tensor or None, got list"),
+    (dict(precision="tf32"), "precision must be one of 'auto', 'ieee', 'tf32x3', got 'tf32'"),
+    (dict(precision=2), "precision must be one of"),
 ])
 def test_errors_are_python_exceptions_with_the_message(bad, message):
     args = dict(q=torch.randn(1, 4, 2, 8), k=torch.randn(1, 4, 2, 8), v=torch.randn(1, 4, 2, 8))
@@ -346,6 +348,31 @@ def test_errors_are_python_exceptions_with_the_message(bad, message):
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     with pytest.raises(ValueError, match=message):
         memattn.attention(q, k, v, **args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_precision_picks_the_float32_products(device):
+    """float32 on CUDA: tf32x3 (3xTF32 tensor cores) and ieee (FMAs) both meet the float32 tolerance;
+    "auto" is tf32x3 unless autograd records the call (then the FMA backward takes the forward's
+    LSE as exact), and tf32x3 refuses a recorded call. The forward kernels are deterministic, so the
+    choice shows bit for bit. The CPU computes with FMAs whatever the setting."""
+    q, k, v = (torch.randn(2, 150, 4, 64, dtype=torch.float64) for _ in range(3))
+    ref = math_attention(q, k, v)
+    q, k, v = (t.float().to(device) for t in (q, k, v))
+    out = {p: memattn.attention(q, k, v, precision=p) for p in ("ieee", "tf32x3")}
+    for p, o in out.items():
+        assert rel_error(o.cpu(), ref) <= TOLERANCE[torch.float32], p
+    assert torch.equal(memattn.attention(q, k, v), out["tf32x3"])
+    recorded = memattn.attention(q.clone().requires_grad_(), k, v)
+    assert torch.equal(recorded.detach(), out["ieee"])
+    with torch.no_grad():
+        assert torch.equal(memattn.attention(q.clone().requires_grad_(), k, v), out["tf32x3"])
+    with pytest.raises(ValueError, match="precision 'tf32x3' is for calls that autograd does not record"):
+        memattn.attention(q.clone().requires_grad_(), k, v, precision="tf32x3")
+    assert torch.equal(memattn.attention(q.half(), k.half(), v.half().requires_grad_(), precision="tf32x3").detach(),
+                       memattn.attention(q.half(), k.half(), v.half()))  # 16-bit: ignored
+    if device == "cpu":
+        assert torch.equal(out["ieee"], out["tf32x3"])
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -522,7 +549,7 @@ def test_library_out_of_memory_is_a_memory_error(path):
     lse = torch.zeros(1, 1, mq).expand(1, hq, mq)
     with pytest.raises(MemoryError, match=r"host memory: the reference backend's backward needs about \d+ bytes"):
         torch.ops.memattn.attention_backward(out, q, k, v, torch.zeros(1, 1, mq, mk, dtype=f64), out, lse, -1, -1,
-                                             False, 0.0, None, None, None, None, None, -1, -1, False, True)
+                                             False, 0.0, None, None, None, None, None, -1, -1, False, 0, True)
 
 
 def packed(device, rows=10, keys=11):

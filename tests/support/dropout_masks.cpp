@@ -15,7 +15,7 @@ namespace memattn::testing {
 // dO = identity (Dv = Mq), dV[j, i] = P[i, j] * Z[i, j] / (1 - p) shows the backward's. Both must
 // equal dropout_keep, element for element, on the given backend.
 void check_dropout_masks(Backend backend, bool backward, DType dtype, const KernelOverrides& forward_overrides,
-                         const KernelOverrides& backward_overrides) {
+                         const KernelOverrides& backward_overrides, Precision precision) {
   tools::ProblemSpec s;
   s.batch = 2;
   s.seqlen_q = 48;
@@ -29,6 +29,7 @@ void check_dropout_masks(Backend backend, bool backward, DType dtype, const Kern
   s.backend = backend;
   s.forward_overrides = forward_overrides;
   s.backward_overrides = backward_overrides;
+  s.precision = precision;
   tools::Workload w(s);
   w.fill_inputs(next_seed());
   const auto identity = [&](tools::Tensor t, std::int64_t rows, std::int64_t heads) {

@@ -6,8 +6,9 @@
 
 namespace memattn::testing {
 
-// The overrides (a forced row) go to the pass they are for.
+// The overrides (a forced row) go to the pass they are for; `precision` lets a forced 3xTF32 row run.
 void check_dropout_masks(Backend backend, bool backward, DType dtype = DType::f32,
-                         const KernelOverrides& forward_overrides = {}, const KernelOverrides& backward_overrides = {});
+                         const KernelOverrides& forward_overrides = {}, const KernelOverrides& backward_overrides = {},
+                         Precision precision = Precision::automatic);
 
 }  // namespace memattn::testing

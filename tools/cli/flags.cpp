@@ -316,6 +316,10 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
                   "then attended to with the cached ones; the queries are the last --seqlen-q positions (default 0)")
       ->check(integer_at_least<std::int64_t>(0));
   app->add_option("--backend", f->backend, "Backend")->check(CLI::IsMember({"auto", "cpu", "cuda", "reference"}));
+  app->add_option("--precision", f->precision,
+                  "fp32 on the CUDA backend: ieee (FMAs on CUDA cores) or tf32x3 (tensor cores, three TF32 products "
+                  "per product, forward rows up to D = 128); auto: ieee here, as for every call that writes the LSE")
+      ->check(CLI::IsMember({"auto", "ieee", "tf32x3"}));
   app->add_flag("--deterministic", f->deterministic, "Bit-reproducible backward (no atomics)");
   // The dispatcher's overrides (Options::overrides), for A/B comparisons and debugging.
   app->add_option("--kernel", f->kernels,
@@ -387,6 +391,7 @@ Status make_spec(const ProblemFlags& f, tools::ProblemSpec* spec) {
   s.dropout = Dropout{f.dropout, f.seed, f.offset};
   s.scale = f.scale;
   s.deterministic = f.deterministic;
+  s.precision = f.precision == "ieee" ? Precision::ieee : f.precision == "tf32x3" ? Precision::tf32x3 : Precision::automatic;
   if (Status st = parse_backend(f.backend, &s.backend); !st.ok()) return st;
   if (Status st = parse_overrides(f, &s); !st.ok()) return st;
   if (!f.varlen.empty()) {

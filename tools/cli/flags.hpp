@@ -24,6 +24,7 @@ struct ProblemFlags {
   std::optional<double> scale;
   std::string varlen, varlen_k;
   std::string backend = "auto";
+  std::string precision = "auto";
   bool deterministic = false;
   // Options::overrides: kernel-table rows to force (each on the pass it is a row of), and the
   // causal backward's L2-sized groups and the one-pass backward's last-wave split turned off.

@@ -96,6 +96,7 @@ std::string ProblemSpec::describe() const {
   }
   if (bias) s << " bias=" << describe_bias(*bias) << (bias_f32 ? "(f32)" : "") << (bias_expanded ? "(expanded)" : "");
   if (dropout.p > 0) s << " dropout=" << dropout.p;
+  if (precision != Precision::automatic) s << " precision=" << memattn::to_string(precision);
   if (kv_broadcast_batch) s << " kv-stride0";
   if (padding) s << " padded";
   if (cache.enabled()) {
@@ -416,6 +417,7 @@ ForwardArgs Workload::make_forward_args(Memory memory) const {
   a.dropout = spec_.dropout;
   a.scale = spec_.scale;
   a.backend = spec_.backend;
+  a.precision = spec_.precision;
   a.overrides = spec_.forward_overrides;
   if (device && device_ && device_->workspace) {
     a.workspace = device_->workspace;

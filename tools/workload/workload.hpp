@@ -75,6 +75,7 @@ struct ProblemSpec {
   bool with_dbias = true;  // when there is a bias
   bool deterministic = false;
   Backend backend = Backend::automatic;
+  Precision precision = Precision::automatic;
   // Options::overrides of each pass (the CUDA dispatcher's): a forced row is a row of one pass.
   KernelOverrides forward_overrides, backward_overrides;
   // With a cache the workload has no backward tensors (the backward takes no cache), and the

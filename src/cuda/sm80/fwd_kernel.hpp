@@ -7,6 +7,8 @@
 // boundary tiles masked, online softmax, dropout, then O += P V with P reused from the
 // accumulator registers as the A operand. K and V have one shared-memory buffer each; the load of
 // V(n) overlaps Q K(n)^T and the load of K(n-1) overlaps softmax and P V(n).
+// The fp32 rows (Element float) run both GEMMs as 3xTF32 (tf32x3.hpp) and keep the scores in
+// natural units (kNaturalLse).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -63,6 +65,21 @@ struct ForwardSharedStorage<Traits, kFeatures, ForwardExtra::paged_rows> : Forwa
   static constexpr bool kTileBias = false;
   PagedRow rows[2][Traits::kBlockN];
 };
+
+// The GEMM operands' register fragments: the MMA's own (16-bit), or fp32 ones that the 3xTF32
+// GEMMs split into TF32 parts (tf32x3.hpp).
+template <class Traits, class Frag>
+__device__ __forceinline__ auto operand_fragment(Frag frag) {
+  if constexpr (Traits::kTf32x3) return make_fragment_like<float>(frag);
+  else return frag;
+}
+
+// The probabilities (S's accumulator layout) seen as P V's A operand.
+template <class Traits, class Layout>
+__device__ __forceinline__ constexpr auto p_as_a_operand(Layout acc) {
+  if constexpr (Traits::kTf32x3) return tf32_acc_as_a_operand(acc);
+  else return acc_as_a_operand(acc);
+}
 
 template <class Traits, unsigned kFeatures>
 __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* smem) {
@@ -206,9 +223,9 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     static_assert(!kScaleInSoftmax || (!kMasked && (kFeatures & kBias) == 0));
     const int t = opaque_thread<Traits::kThreads>();
     auto thr_mma = mma.get_thread_slice(t);
-    Tensor tSrQ = thr_mma.partition_fragment_A(sQ);   // (MMA, MMA_M, MMA_K)
-    Tensor tSrK = thr_mma.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K)
-    Tensor tOrVt = thr_mma.partition_fragment_B(sVt);  // (MMA, MMA_D, MMA_N)
+    Tensor tSrQ = operand_fragment<Traits>(thr_mma.partition_fragment_A(sQ));   // (MMA, MMA_M, MMA_K)
+    Tensor tSrK = operand_fragment<Traits>(thr_mma.partition_fragment_B(sK));   // (MMA, MMA_N, MMA_K)
+    Tensor tOrVt = operand_fragment<Traits>(thr_mma.partition_fragment_B(sVt));  // (MMA, MMA_D, MMA_N)
     auto q_s2r_copy = make_tiled_copy_A(typename Traits::SmemToRegAtom{}, mma);
     auto k_s2r_copy = make_tiled_copy_B(typename Traits::SmemToRegAtom{}, mma);
     auto v_s2r_copy = make_tiled_copy_B(typename Traits::SmemToRegAtomTransposed{}, mma);
@@ -231,11 +248,25 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     cp_async_fence();
     if (n > n_first) locate_rows(n - 1);  // read by K(n - 1)'s copy, after the next barrier
 
-    CUTE_UNROLL
-    for (int kk = 0; kk < size<2>(tSrQ); ++kk) {
-      copy(q_s2r_copy, tSsQ(_, _, kk), tSrQ_view(_, _, kk));
-      copy(k_s2r_copy, tSsK(_, _, kk), tSrK_view(_, _, kk));
-      gemm(mma, tSrQ(_, _, kk), tSrK(_, _, kk), acc_s);
+    if constexpr (Traits::kTf32x3) {
+      constexpr int kBlocks = kTf32x3KBlocksPerSum;
+      static_assert(decltype(size<2>(tSrQ))::value % kBlocks == 0);
+      CUTE_UNROLL
+      for (int kk = 0; kk < size<2>(tSrQ); kk += kBlocks) {
+        CUTE_UNROLL
+        for (int g = 0; g < kBlocks; ++g) {
+          copy(q_s2r_copy, tSsQ(_, _, kk + g), tSrQ_view(_, _, kk + g));
+          copy(k_s2r_copy, tSsK(_, _, kk + g), tSrK_view(_, _, kk + g));
+        }
+        gemm_tf32x3<kBlocks>(mma, tSrQ, tSrK, kk, acc_s);
+      }
+    } else {
+      CUTE_UNROLL
+      for (int kk = 0; kk < size<2>(tSrQ); ++kk) {
+        copy(q_s2r_copy, tSsQ(_, _, kk), tSrQ_view(_, _, kk));
+        copy(k_s2r_copy, tSsK(_, _, kk), tSrK_view(_, _, kk));
+        gemm(mma, tSrQ(_, _, kk), tSrK(_, _, kk), acc_s);
+      }
     }
     // Tile coordinates of every score element, for mask, bias and dropout.
     Tensor tScS = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
@@ -263,21 +294,31 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     } else if constexpr ((kFeatures & kDropout) != 0) {
       if (p.dropout) apply_dropout_rows(p, origin, acc_s, tScS);
     }
-    Tensor p_frag = convert_fragment<Element>(acc_s);
-    Tensor tOrP = cute::make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
-    CUTE_UNROLL
-    for (int kk = 0; kk < size<2>(tOrP); ++kk) {
-      copy(v_s2r_copy, tOsVt(_, _, kk), tOrVt_view(_, _, kk));
-      gemm(mma, tOrP(_, _, kk), tOrVt(_, _, kk), acc_o);
+    Tensor p_frag = convert_fragment<Element>(acc_s);  // fp32: kept as is
+    Tensor tOrP = cute::make_tensor(p_frag.data(), p_as_a_operand<Traits>(p_frag.layout()));
+    if constexpr (Traits::kTf32x3) {
+      Tensor tOsVt_mma = thr_mma.partition_B(sVt);  // (MMA, MMA_D, MMA_N), one 32-bit load per value
+      gemm_tf32x3_columns(mma, tOrP, [&](int d, int kk) {
+        Tensor v = make_fragment_like(tOsVt_mma(_, d, kk));
+        copy(tOsVt_mma(_, d, kk), v);
+        return v;
+      }, acc_o);
+    } else {
+      CUTE_UNROLL
+      for (int kk = 0; kk < size<2>(tOrP); ++kk) {
+        copy(v_s2r_copy, tOsVt(_, _, kk), tOrVt_view(_, _, kk));
+        gemm(mma, tOrP(_, _, kk), tOrVt(_, _, kk), acc_o);
+      }
     }
   };
   // Last to first: the masked tiles at the right edge of the window (and past the keys), the
   // unmasked ones, then the masked ones at its left edge.
-  // A negative (or zero) scale takes the unmasked tiles through the second loop.
+  // A negative (or zero) scale takes the unmasked tiles through the second loop, and so do the fp32
+  // rows, whose softmax takes natural-unit scores (kNaturalLse).
   int n = n_last;
   CUTE_NO_UNROLL
   for (; n >= n_first && n > n_full_hi; --n) key_tile(n, KeyTileKind<KeyTile::masked>{});
-  if constexpr ((kFeatures & kBias) == 0) {
+  if constexpr ((kFeatures & kBias) == 0 && !kNaturalLse<Element>) {
     if (p.scale_log2 > 0.0f) {
       CUTE_NO_UNROLL
       for (; n >= n_first && n >= n_full_lo; --n) key_tile(n, KeyTileKind<KeyTile::unmasked_scale_in_softmax>{});
@@ -298,7 +339,14 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   const int erows = int(min(std::int64_t(kBlockM), eseq.q_len - em0));
   auto thr_mma = mma.get_thread_slice(threadIdx.x);
   float lse[decltype(size<0>(acc_o_rc))::value];
-  softmax.finalize(acc_o_rc, (kFeatures & kDropout) && p.dropout ? p.dropout_scale : 1.0f, lse);
+  const float out_scale = (kFeatures & kDropout) && p.dropout ? p.dropout_scale : 1.0f;
+  if constexpr (kNaturalLse<Element>) {
+    float norm[decltype(size<0>(acc_o_rc))::value];
+    softmax.final_factors_natural(out_scale, norm, lse);
+    softmax.scale_rows(acc_o_rc, norm);
+  } else {
+    softmax.finalize(acc_o_rc, out_scale, lse);
+  }
   if (p.num_splits > 1) {
     write_partial(p, eseq, work.h, opaque(work.split), em0, erows, acc_o_rc, lse,
                   rowcol(thr_mma.partition_C(make_identity_tensor(tile_q))));

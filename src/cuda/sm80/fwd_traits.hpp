@@ -7,15 +7,18 @@
 #include <type_traits>
 
 #include "cuda/common/fwd_common.hpp"
+#include "cuda/common/tf32x3.hpp"
 
 namespace memattn::cuda::sm80 {
 
 using namespace cute;
 
+// Element float: fp32 inputs on TF32 tensor cores, three products per fp32 product (tf32x3.hpp).
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, Loads kLoads_>
 struct FwdTraits {
   using Element = Element_;
-  static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
+  static constexpr bool kTf32x3 = std::is_same_v<Element, float>;
+  static_assert(kTf32x3 || std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
   // Head dims are padded to the bucket kHeadDim (D and Dv both); the padding is zero-filled.
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;  // queries per CTA
@@ -25,28 +28,39 @@ struct FwdTraits {
   static constexpr Loads kLoads = kLoads_;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0 && kBlockM % (16 * kWarps) == 0);
 
-  // Shared memory: rows of 64 (or 32) elements with an XOR swizzle over 16-byte chunks, so that
+  // Shared memory: rows of 128 (or 64) bytes with an XOR swizzle over 16-byte chunks, so that
   // ldmatrix and cp.async see no bank conflicts.
-  static constexpr int kSmemRowElems = kHeadDim % 64 == 0 ? 64 : 32;
-  static constexpr int kSwizzleBits = kSmemRowElems == 64 ? 3 : 2;
-  using SmemLayoutAtom = decltype(composition(
-      Swizzle<kSwizzleBits, 3, 3>{}, Layout<Shape<_8, Int<kSmemRowElems>>, Stride<Int<kSmemRowElems>, _1>>{}));
+  static constexpr int kChunkElems = 16 / int(sizeof(Element));
+  static constexpr int kSmemRowElems = kTf32x3 || kHeadDim % 64 == 0 ? 8 * kChunkElems : 4 * kChunkElems;
+  static constexpr int kSwizzleBits = kSmemRowElems == 8 * kChunkElems ? 3 : 2;
+  using SmemLayoutAtom = decltype(composition(Swizzle<kSwizzleBits, (kTf32x3 ? 2 : 3), 3>{},
+                                              Layout<Shape<_8, Int<kSmemRowElems>>, Stride<Int<kSmemRowElems>, _1>>{}));
   using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  // V read as the B operand of P V: the same bytes viewed as [head dim x keys].
-  using SmemLayoutVt =
-      decltype(composition(SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, GenRowMajor{})));
+  // V read as the B operand of P V: the same bytes viewed as [head dim x keys] (fp32: the keys of
+  // each group of 8 in the order P's registers hold them, tf32x3.hpp).
+  using KeyOrder = std::conditional_t<kTf32x3, Tf32x3KeyOrder<kBlockN>, Layout<Int<kBlockN>>>;
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutKV{}, make_layout(Shape<Int<kHeadDim>, decltype(shape(KeyOrder{}))>{},
+                                  make_stride(Int<kBlockN>{}, stride(KeyOrder{})))));
 
-  // Warps stack along the queries; each MMA atom is m16n8k16 with fp32 accumulation.
-  using MmaOp = std::conditional_t<std::is_same_v<Element, cute::bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
-                                   SM80_16x8x16_F32F16F16F32_TN>;
-  using TiledMma = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<Int<kWarps>, _1, _1>>, Tile<Int<16 * kWarps>, _16, _16>>;
-  using SmemToRegAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;            // ldmatrix
-  using SmemToRegAtomTransposed = Copy_Atom<SM75_U16x8_LDSM_T, Element>;  // ldmatrix.trans (V)
+  // Warps stack along the queries; each MMA atom is m16n8k16 (m16n8k8 for TF32) with fp32
+  // accumulation.
+  using MmaOp = std::conditional_t<
+      kTf32x3, SM80_16x8x8_F32TF32TF32F32_TN,
+      std::conditional_t<std::is_same_v<Element, cute::bfloat16_t>, SM80_16x8x16_F32BF16BF16F32_TN,
+                         SM80_16x8x16_F32F16F16F32_TN>>;
+  using TiledMma = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<Int<kWarps>, _1, _1>>,
+                            Tile<Int<16 * kWarps>, _16, Int<kTf32x3 ? 8 : 16>>>;
+  using SmemToRegAtom = Copy_Atom<SM75_U32x4_LDSM_N, Element>;  // ldmatrix
+  // V (read through its transposed view): ldmatrix.trans (16-bit), or one 32-bit load per element
+  // (fp32; ldmatrix.trans moves 16-bit elements).
+  using SmemToRegAtomTransposed =
+      std::conditional_t<kTf32x3, Copy_Atom<UniversalCopy<Element>, Element>, Copy_Atom<SM75_U16x8_LDSM_T, Element>>;
   using RegToSmemAtom = Copy_Atom<DefaultCopy, Element>;
 
   // Global <-> shared tile copies: kLoadElems contiguous elements per thread and access.
-  static constexpr int kLoadElems = kLoads == Loads::vector16 ? 8 : 1;
+  static constexpr int kLoadElems = kLoads == Loads::vector16 ? kChunkElems : 1;
   static constexpr int kThreadsPerRow = kSmemRowElems / kLoadElems;
   static_assert(kThreads % kThreadsPerRow == 0);
   using GmemThreads =

@@ -1,0 +1,117 @@
+// fp32 products on TF32 tensor cores at close to fp32 accuracy (3xTF32). Each fp32 operand x is
+// split into big = x rounded to TF32 (10 mantissa bits) and small = x - big (exact in fp32, then
+// rounded to TF32 itself); a b = big_a big_b + big_a small_b + small_a big_b + small_a small_b, and
+// the last term (about 2^-22 |a b|) is dropped. The small products go first.
+//
+// Where the sums go. The tensor cores round their fp32 sums toward zero, so each MMA into an
+// accumulator loses up to an ulp of it, always in the same direction. Accumulated straight into
+// the output over the whole key loop, those losses grew with the keys: 7.6e-6 relative error at
+// 1024 keys, 2.9e-5 at 4096 (over DESIGN's fp32 limit of 1e-5), where FMAs give 1.2e-6. So every
+// sum runs in a fresh accumulator over a few k-blocks and is added to the running one with a
+// rounded FADD: P V over one key tile (gemm_tf32x3_columns), Q K^T over kTf32x3KBlocksPerSum
+// k-blocks of the head dim (gemm_tf32x3). H200, B x S = 16384, 16 heads, forward, relative error
+// at 200 and 4096 keys and TFLOP/s at 4096, by k-blocks per Q K^T sum (16 = all of D = 128):
+//   1: 5.2e-7, 5.6e-7, 36 (D = 128) / 40 (D = 64); 2: 5.5e-7, 6.0e-7, 41 / 43;
+//   4: 6.6e-7, 7.2e-7, 43 / 44; 8: 8.9e-7, 9.8e-7, 44 / 43; FMAs (ieee): 4.4e-7, 1.2e-6, 16.
+//
+// The m16n8k8 TF32 atom's A operand holds (row g, key t) and (row g, key t + 4) where the
+// accumulator of S = Q K^T holds (row g, keys 2t, 2t + 1). P reuses S's registers as the A
+// operand of P V: within each group of 8 keys, logical key t is physical key 2t and t + 4 is
+// 2t + 1, and V's shared-memory view (Tf32x3KeyOrder) reads its rows in that order, so the
+// contraction runs over the same keys with no shuffles.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+namespace memattn::cuda {
+
+using namespace cute;
+
+// k-blocks (of 8) of the head dim per Q K^T sum: the measurements above.
+inline constexpr int kTf32x3KBlocksPerSum = 2;
+
+__device__ __forceinline__ std::uint32_t round_to_tf32(float x) {
+  std::uint32_t y;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(y) : "f"(x));
+  return y;
+}
+
+template <class Frag, class Big, class Small>
+__device__ __forceinline__ void split_tf32(const Frag& x, Big& big, Small& small) {
+  CUTE_UNROLL
+  for (int i = 0; i < size(x); ++i) {
+    const std::uint32_t hi = round_to_tf32(x(i));
+    big(i) = tfloat32_t::bitcast(hi);
+    small(i) = tfloat32_t::bitcast(round_to_tf32(x(i) - __uint_as_float(hi)));
+  }
+}
+
+// acc += A B^T over k-blocks k0 .. k0 + kBlocks - 1: a (V, M, K) and b (V, N, K) fp32 fragments in
+// the TiledMMA's A and B layouts, acc (V, M, N). A is split once, B one column block at a time.
+template <int kBlocks, class TiledMma, class FragA, class FragB, class Acc>
+__device__ __forceinline__ void gemm_tf32x3(const TiledMma& mma, const FragA& a, const FragB& b, int k0, Acc& acc) {
+  using Split = decltype(make_fragment_like<tfloat32_t>(a(_, _, 0)));
+  Split a_big[kBlocks], a_small[kBlocks];
+  CUTE_UNROLL
+  for (int g = 0; g < kBlocks; ++g) split_tf32(a(_, _, k0 + g), a_big[g], a_small[g]);
+  CUTE_UNROLL
+  for (int n = 0; n < size<2>(acc); ++n) {
+    CUTE_UNROLL
+    for (int m = 0; m < size<1>(acc); ++m) {
+      auto sum = make_fragment_like(acc(_, m, n));
+      clear(sum);
+      CUTE_UNROLL
+      for (int g = 0; g < kBlocks; ++g) {
+        auto b_big = make_fragment_like<tfloat32_t>(b(_, n, 0)), b_small = make_fragment_like<tfloat32_t>(b(_, n, 0));
+        split_tf32(b(_, n, k0 + g), b_big, b_small);
+        gemm(mma, a_small[g](_, m), b_big, sum);
+        gemm(mma, a_big[g](_, m), b_small, sum);
+        gemm(mma, a_big[g](_, m), b_big, sum);
+      }
+      CUTE_UNROLL
+      for (int v = 0; v < size(sum); ++v) acc(v, m, n) += sum(v);
+    }
+  }
+}
+
+// acc += P V over one key tile, one column block of acc at a time: p (V, M, K) fp32 in registers
+// (split once), load_b(n, k) B's (V) fp32 fragment of column block n and k-block k.
+template <class TiledMma, class FragP, class LoadB, class Acc>
+__device__ __forceinline__ void gemm_tf32x3_columns(const TiledMma& mma, const FragP& p, LoadB&& load_b, Acc& acc) {
+  auto p_big = make_fragment_like<tfloat32_t>(p), p_small = make_fragment_like<tfloat32_t>(p);
+  split_tf32(p, p_big, p_small);
+  CUTE_UNROLL
+  for (int n = 0; n < size<2>(acc); ++n) {
+    auto sum = make_fragment_like(acc(_, _, n));  // (V, M)
+    clear(sum);
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(p); ++k) {
+      const auto b = load_b(n, k);
+      auto b_big = make_fragment_like<tfloat32_t>(b), b_small = make_fragment_like<tfloat32_t>(b);
+      split_tf32(b, b_big, b_small);
+      CUTE_UNROLL
+      for (int m = 0; m < size<1>(sum); ++m) {
+        gemm(mma, p_small(_, m, k), b_big, sum(_, m));
+        gemm(mma, p_big(_, m, k), b_small, sum(_, m));
+        gemm(mma, p_big(_, m, k), b_big, sum(_, m));
+      }
+    }
+    CUTE_UNROLL
+    for (int i = 0; i < size(sum); ++i) acc(_, _, n)(i) += sum(i);
+  }
+}
+
+// The accumulator of S ((2 columns, 2 row halves), MMA_M, MMA_N) as P V's A operand
+// ((2 row halves, 2 logical key halves), MMA_M, MMA_K = MMA_N), keys in Tf32x3KeyOrder.
+template <class Layout>
+__device__ __forceinline__ constexpr auto tf32_acc_as_a_operand(Layout acc) {
+  return make_layout(make_layout(get<0, 1>(acc), get<0, 0>(acc)), get<1>(acc), get<2>(acc));
+}
+
+// Logical key j of each group of 8 -> physical key 2 (j % 4) + j / 4, over kKeys keys.
+template <int kKeys>
+using Tf32x3KeyOrder = Layout<Shape<Shape<_4, _2, Int<kKeys / 8>>>, Stride<Stride<_2, _1, _8>>>;
+
+}  // namespace memattn::cuda

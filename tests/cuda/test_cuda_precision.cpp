@@ -1,0 +1,163 @@
+// fp32 precision (Options::precision): the 3xTF32 forward rows against the FMA rows on the same
+// inputs, both against the float64 reference, over the shapes and features the 3xTF32 rows take
+// (aligned and unaligned head dims, masks, bias, dropout, GQA, long key loops) and at large
+// scores; and which rows each setting runs. Skipped without a GPU or without a 3xTF32 row in the
+// build.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "memattn/attention.hpp"
+#include "memattn/kernels.hpp"
+#include "memattn/reference.hpp"
+#include "support/seed.hpp"
+#include "workload/verify.hpp"
+
+namespace memattn::testing {
+namespace {
+
+bool has_tf32x3_rows() {
+  for (const KernelInfo& k : list_kernels())
+    if (k.name.find("_tf32x3_") != std::string::npos) return true;
+  return false;
+}
+
+struct PrecisionCase {
+  std::string name;
+  tools::ProblemSpec spec;
+  double logit = 0;  // > 0: scale so that the scores' standard deviation is about this
+  // 3xTF32's error against the FMA rows' on the same inputs, at most. At a standard deviation of
+  // 1e4 the few near-tie rows carry the error, and a 3xTF32 score's error is about three fp32
+  // roundings against an FMA's one: 5.5x on one seed (docs/decisions.md, fp32 precision).
+  double bar = 4;
+};
+
+void PrintTo(const PrecisionCase& c, std::ostream* os) { *os << c.spec.describe(); }
+
+tools::ProblemSpec base(std::int64_t d, std::int64_t mq, std::int64_t mk) {
+  tools::ProblemSpec s;
+  s.dtype = DType::f32;
+  s.backend = Backend::cuda;
+  s.batch = 2;
+  s.heads_q = 4;
+  s.heads_k = 2;
+  s.head_dim = s.head_dim_v = d;
+  s.seqlen_q = mq;
+  s.seqlen_k = mk;
+  return s;
+}
+
+std::vector<PrecisionCase> cases() {
+  std::vector<PrecisionCase> out;
+  for (std::int64_t d : {32, 64, 128}) out.push_back({"d" + std::to_string(d), base(d, 150, 200)});
+  out.push_back({"d61_unaligned", base(61, 100, 120)});
+  out.push_back({"d7_dv13", base(7, 50, 60)});
+  out.back().spec.head_dim_v = 13;
+  PrecisionCase c{"causal_long_keys", base(128, 256, 2048)};
+  c.spec.mask = Mask::causal(Alignment::bottom_right);
+  out.push_back(c);
+  c = {"window_bias_dropout", base(64, 130, 170)};
+  c.spec.mask = Mask::window(40, 3);
+  c.spec.bias = tools::bias_pattern(tools::BiasKind::dense);
+  c.spec.dropout = {0.2, 5, 7};
+  out.push_back(c);
+  for (double logit : {1e2, 1e3, 1e4}) {
+    PrecisionCase l{"logits_" + std::to_string(int(std::log10(logit))), base(128, 100, 300), logit,
+                    logit >= 1e4 ? 8.0 : 4.0};
+    l.spec.scale = logit / std::sqrt(128.0);  // unit-normal q and k: q . k has variance D
+    out.push_back(l);
+  }
+  return out;
+}
+
+class CudaPrecision : public ::testing::TestWithParam<PrecisionCase> {};
+
+// out of a forward at `precision` on the inputs of `seed`, and its plan.
+std::vector<double> run_forward(tools::ProblemSpec spec, Precision precision, std::uint64_t seed, std::string* plan,
+                                std::vector<double>* reference_out) {
+  spec.precision = precision;
+  tools::Workload w(spec);
+  w.fill_inputs(seed);
+  EXPECT_TRUE(w.to_device().ok());
+  w.poison_outputs();
+  const ForwardArgs args = w.forward_args();
+  EXPECT_TRUE(describe_plan(args, plan).ok());
+  const Status s = forward(args);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  EXPECT_TRUE(w.copy_outputs_to_host().ok());
+  if (reference_out != nullptr) {
+    reference::ForwardResult ref;
+    EXPECT_TRUE(reference::forward(w.host_forward_args(), &ref).ok());
+    *reference_out = ref.out;
+  }
+  return w.to_double(tools::Tensor::out);
+}
+
+// Within DESIGN's fp32 tolerance where the FMA rows are (at ordinary scores), and within `bar`
+// (4x) the FMA rows' error on the same inputs.
+TEST_P(CudaPrecision, Tf32x3TracksTheFmaError) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!has_tf32x3_rows()) GTEST_SKIP() << "no 3xTF32 row in this build";
+  const PrecisionCase& c = GetParam();
+  SCOPED_TRACE(c.spec.describe());
+  const std::uint64_t seed = next_seed();
+  SCOPED_TRACE("inputs from seed " + std::to_string(seed) + ": replay with " + replay_hint());
+  std::string fma_plan, tf32_plan;
+  std::vector<double> ref;
+  const std::vector<double> fma = run_forward(c.spec, Precision::ieee, seed, &fma_plan, &ref);
+  const std::vector<double> tf32 = run_forward(c.spec, Precision::tf32x3, seed, &tf32_plan, nullptr);
+  EXPECT_NE(fma_plan.find("_ffma_"), std::string::npos) << fma_plan;
+  EXPECT_NE(tf32_plan.find("_tf32x3_"), std::string::npos) << tf32_plan;
+  const tools::ErrorStats fma_err = tools::compare(fma, ref), tf32_err = tools::compare(tf32, ref);
+  EXPECT_EQ(tf32_err.bad, 0);
+  EXPECT_EQ(fma_err.bad, 0);
+  if (fma_err.rel_l2 <= tools::output_tolerance(DType::f32))
+    EXPECT_LE(tf32_err.rel_l2, tools::output_tolerance(DType::f32));
+  constexpr double kFloor = 6e-8;  // about an fp32 ulp at 1: where the FMA rows come out exact
+  EXPECT_LE(tf32_err.rel_l2, c.bar * fma_err.rel_l2 + kFloor)
+      << "3xTF32 " << tf32_err.rel_l2 << " against FMAs " << fma_err.rel_l2;
+  std::printf("    %-22s FMA %.2e  3xTF32 %.2e  ratio %.2f\n", c.name.c_str(), fma_err.rel_l2, tf32_err.rel_l2,
+              fma_err.rel_l2 > 0 ? tf32_err.rel_l2 / fma_err.rel_l2 : 0.0);
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CudaPrecision);
+INSTANTIATE_TEST_SUITE_P(Fp32, CudaPrecision, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<PrecisionCase>& info) { return info.param.name; });
+
+// `automatic` takes the 3xTF32 rows only for a forward that writes no LSE; `ieee` never does;
+// 16-bit calls ignore the setting.
+TEST(CudaPrecisionChoice, AutomaticTakesFmasWhenTheLseIsWritten) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (!has_tf32x3_rows()) GTEST_SKIP() << "no 3xTF32 row in this build";
+  tools::Workload w(base(64, 128, 128));
+  w.fill_inputs(next_seed());
+  ASSERT_TRUE(w.to_device().ok());
+  ForwardArgs a = w.forward_args();
+  ASSERT_TRUE(a.lse.defined());
+  const auto plan = [&] {
+    std::string p;
+    const Status s = describe_plan(a, &p);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return p;
+  };
+  a.precision = Precision::automatic;
+  EXPECT_NE(plan().find("_ffma_"), std::string::npos) << plan();
+  a.precision = Precision::tf32x3;
+  EXPECT_NE(plan().find("_tf32x3_"), std::string::npos) << plan();
+  a.lse = {};
+  a.precision = Precision::automatic;
+  EXPECT_NE(plan().find("_tf32x3_"), std::string::npos) << plan();
+  a.precision = Precision::ieee;
+  EXPECT_NE(plan().find("_ffma_"), std::string::npos) << plan();
+  a.precision = Precision(7);
+  std::string p;
+  const Status bad = describe_plan(a, &p);
+  EXPECT_EQ(bad.code(), StatusCode::invalid_argument);
+  EXPECT_NE(bad.message().find("precision"), std::string::npos) << bad.message();
+}
+
+}  // namespace
+}  // namespace memattn::testing
