@@ -30,10 +30,11 @@ struct FwdTraits {
 
   // Shared memory: rows of 128 (or 64) bytes with an XOR swizzle over 16-byte chunks, so that
   // ldmatrix and cp.async see no bank conflicts.
-  static constexpr int kChunkElems = 16 / int(sizeof(Element));
+  static constexpr int kChunkBits = sizeof(Element) == 4 ? 2 : 3;  // log2 of the elements in 16 bytes
+  static constexpr int kChunkElems = 1 << kChunkBits;
   static constexpr int kSmemRowElems = kTf32x3 || kHeadDim % 64 == 0 ? 8 * kChunkElems : 4 * kChunkElems;
   static constexpr int kSwizzleBits = kSmemRowElems == 8 * kChunkElems ? 3 : 2;
-  using SmemLayoutAtom = decltype(composition(Swizzle<kSwizzleBits, (kTf32x3 ? 2 : 3), 3>{},
+  using SmemLayoutAtom = decltype(composition(Swizzle<kSwizzleBits, kChunkBits, 3>{},
                                               Layout<Shape<_8, Int<kSmemRowElems>>, Stride<Int<kSmemRowElems>, _1>>{}));
   using SmemLayoutQ = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
   using SmemLayoutKV = decltype(tile_to_shape(SmemLayoutAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
