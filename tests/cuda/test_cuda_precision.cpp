@@ -96,8 +96,8 @@ std::vector<double> run_forward(tools::ProblemSpec spec, Precision precision, st
   return w.to_double(tools::Tensor::out);
 }
 
-// Within DESIGN's fp32 tolerance where the FMA rows are (at ordinary scores), and within `bar`
-// (4x) the FMA rows' error on the same inputs.
+// Within DESIGN's fp32 tolerance at ordinary scores, and within `bar` (4x) the FMA rows' error on
+// the same inputs everywhere.
 TEST_P(CudaPrecision, Tf32x3TracksTheFmaError) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (!has_tf32x3_rows()) GTEST_SKIP() << "no 3xTF32 row in this build";
@@ -114,8 +114,8 @@ TEST_P(CudaPrecision, Tf32x3TracksTheFmaError) {
   const tools::ErrorStats fma_err = tools::compare(fma, ref), tf32_err = tools::compare(tf32, ref);
   EXPECT_EQ(tf32_err.bad, 0);
   EXPECT_EQ(fma_err.bad, 0);
-  if (fma_err.rel_l2 <= tools::output_tolerance(DType::f32))
-    EXPECT_LE(tf32_err.rel_l2, tools::output_tolerance(DType::f32));
+  // At large scores the FMA rows themselves reach the limit (2.4e-5 at logits of 1e3 on an H200).
+  if (c.logit == 0) EXPECT_LE(tf32_err.rel_l2, tools::output_tolerance(DType::f32));
   constexpr double kFloor = 6e-8;  // about an fp32 ulp at 1: where the FMA rows come out exact
   EXPECT_LE(tf32_err.rel_l2, c.bar * fma_err.rel_l2 + kFloor)
       << "3xTF32 " << tf32_err.rel_l2 << " against FMAs " << fma_err.rel_l2;
