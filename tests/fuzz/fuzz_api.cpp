@@ -287,6 +287,7 @@ std::string describe(const Case& c) {
        std::to_string(int(o.mask.alignment)) + "; dropout p " + std::to_string(o.dropout.p) + " seed " +
        std::to_string(o.dropout.seed) + " offset " + std::to_string(o.dropout.offset);
   s += "\n  scale " + (o.scale ? std::to_string(*o.scale) : std::string("default")) + "; backend " + to_string(o.backend) +
+       "; precision " + std::to_string(int(o.precision)) +
        "; kernel '" + o.overrides.kernel + "'; magnitude " + std::to_string(c.magnitude) + (c.special_values ? " with specials" : "");
   const auto index = [](const char* name, const IndexRef& x, bool backed) {
     std::string t = std::string("\n  ") + name + (x.data ? "" : " null") + " size " + std::to_string(x.size) + " stride " +

@@ -87,7 +87,7 @@ void fuzz_npy(const std::string& bytes) {
 // Words for argument lists: the CLI's flags and values that sit on their rules' edges.
 const char* const kFlags[] = {"--batch", "--seqlen-q", "--seqlen-k", "--heads-q", "--heads-k", "--head-dim", "--head-dim-v",
                               "--dtype", "--causal", "--alignment", "--window-left", "--window-right", "--bias", "--dropout",
-                              "--seed", "--offset", "--scale", "--varlen", "--varlen-k", "--backend", "--deterministic",
+                              "--seed", "--offset", "--scale", "--varlen", "--varlen-k", "--backend", "--precision", "--deterministic",
                               "--kernel", "--no-l2-groups", "--no-tail-split", "--pass", "--iters", "--verify", "--load",
                               "--save", "--json", "--resources", "--help", "--version", "-h", "--", "--batch=2",
                               "--kv-cache", "--page-size", "--cache-len", "--new-keys"};
@@ -97,7 +97,7 @@ const char* const kValues[] = {"0", "1", "2", "3", "7", "64", "65", "-1", "-0", 
                                "9223372036854775807", "9223372036854775808", "18446744073709551615",
                                "18446744073709551616", "99999999999999999999", "fp32", "fp16", "bf16", "fp64", "top-left",
                                "bottom-right", "none", "dense", "broadcast-batch", "broadcast-heads", "row", "cpu",
-                               "reference", "auto", "cuda", "fwd", "bwd", "both", "fwd_sm80_a", "bwd_sm80_b,fwd_sm80_c",
+                               "reference", "auto", "cuda", "ieee", "tf32x3", "fwd", "bwd", "both", "fwd_sm80_a", "bwd_sm80_b,fwd_sm80_c",
                                "contiguous", "paged"};
 
 std::vector<std::string> make_arguments(FuzzedDataProvider& f) {

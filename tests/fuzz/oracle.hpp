@@ -26,7 +26,7 @@ class Oracle {
 
   // The problem as the fuzz target meant it. must_refuse when the arguments break a rule the
   // library must enforce (wrong rank, negative or mismatched sizes, heads not a multiple, D
-  // outside [1, 65536], invalid mask or dropout or scale, malformed sequence offsets); too_large
+  // outside [1, 65536], invalid mask or dropout or scale or precision, malformed sequence offsets); too_large
   // when this oracle's tables would not fit.
   Verdict build(const TensorRef& q, const TensorRef& k, const TensorRef& v, const VarlenGen& gen, const Options& o) {
     constexpr Verdict refuse = Verdict::must_refuse;
@@ -46,6 +46,8 @@ class Oracle {
     if (!(p_ >= 0 && p_ < 1)) return refuse;
     if (o.backend != Backend::automatic && o.backend != Backend::cpu && o.backend != Backend::cuda &&
         o.backend != Backend::reference)
+      return refuse;
+    if (o.precision != Precision::automatic && o.precision != Precision::ieee && o.precision != Precision::tf32x3)
       return refuse;
     scale_ = o.scale ? *o.scale : 1.0 / std::sqrt(double(D_));
     if (!std::isfinite(scale_)) return refuse;

@@ -272,7 +272,7 @@ inline void apply_varlen(const VarlenGen& g, Options* o) {
   o->varlen.max_seqlen_k = g.max_seqlen_k;
 }
 
-// Mask, dropout, scale, backend and overrides: mostly valid, sometimes not.
+// Mask, dropout, scale, backend, precision and overrides: mostly valid, sometimes not.
 inline std::int64_t window(FuzzedDataProvider& f) {
   switch (f.ConsumeIntegralInRange<int>(0, 7)) {
     case 0:
@@ -323,6 +323,12 @@ inline void make_options(FuzzedDataProvider& f, Options* o) {
     case 8:
     case 9: o->backend = Backend::reference; break;
     default: o->backend = Backend::cpu; break;
+  }
+  switch (f.ConsumeIntegralInRange<int>(0, 15)) {
+    case 15: o->precision = static_cast<Precision>(f.PickValueInArray({3, -1, 1000})); break;  // not a Precision
+    case 14: o->precision = Precision::tf32x3; break;
+    case 13: o->precision = Precision::ieee; break;
+    default: o->precision = Precision::automatic; break;
   }
   if (f.ConsumeIntegralInRange<int>(0, 31) == 31)
     o->overrides.kernel = f.PickValueInArray<std::string>({"fwd_sm80_bf16_d64_m128n64w4_vec_plain", "bwd_sm80_x", "x", " "});
