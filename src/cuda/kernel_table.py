@@ -142,8 +142,11 @@ FP32_TILE = (64, 64, 8)
 # fp32 on TF32 tensor cores, three products per fp32 product (tf32x3.hpp): the register forward
 # (fwd_kernel.hpp) with fp32 tiles, head-dim bucket -> (queries, keys, warps). Rows with aligned
 # loads and no features, with aligned loads and every feature, and with element loads and every
-# feature; other head dims and `precision = ieee` take the FFMA rows.
+# feature; `precision = ieee` takes the FFMA rows.
 TF32X3_FORWARD_TILES = {32: (64, 64, 4), 64: (64, 64, 4), 128: (64, 64, 4)}
+# Any head dim: the global-accumulator forward (fwd_global_kernel.hpp) with fp32 chunks. 64 keys
+# per tile, where the 16-bit rows take 128: P's two TF32 parts are 64 registers a thread at 64.
+TF32X3_GLOBAL_TILE = (64, 64, 4)
 ELEMENT_TYPES = {"bf16": "cute::bfloat16_t", "fp16": "cute::half_t", "fp32": "float"}
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 # Backward rows (sm80, bf16/fp16, register accumulators): head-dim buckets and the tile of both
@@ -291,9 +294,11 @@ class Row:
         # over it when the bias cannot be tiled); a fallback tile behind the default it stands in for;
         # a row for many queries per key in front of the few-queries tile (the dispatcher passes over
         # it when the keys see fewer); the paged rows, which only KV cache problems reach (and only
-        # they), after the others of their bucket.
+        # they), after the others of their bucket. FMA rows after every tensor-core row (fp32: the
+        # 3xTF32 global-accumulator rows run any head dim faster than the FMA register rows).
         feature_rank = {"plain": 0, "paged": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
-        return (self.accumulator != "registers", self.head_dim, -self.family, self.loads != "vector16",
+        return (self.math == "ffma", self.accumulator != "registers", self.head_dim, -self.family,
+                self.loads != "vector16",
                 MATH_RANK[self.math], feature_rank, self.paged, not self.fused, not self.bias_tile, self.fallback,
                 -self.min_queries_per_key)
 
@@ -355,6 +360,9 @@ def all_rows():
         for loads, features in (("vector16", False), ("vector16", True), ("element", True)):
             rows.append(Row(80, "fwd", "fp32", head_dim, bm, bn, warps, "registers", loads, features, features,
                             math="tf32x3"))
+    bm, bn, warps = TF32X3_GLOBAL_TILE
+    for loads in ("vector16", "element"):
+        rows.append(Row(80, "fwd", "fp32", GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True, math="tf32x3"))
     return rows
 
 

@@ -52,7 +52,10 @@ tools::ProblemSpec base(std::int64_t d, std::int64_t mq, std::int64_t mk) {
 
 std::vector<PrecisionCase> cases() {
   std::vector<PrecisionCase> out;
-  for (std::int64_t d : {32, 64, 128}) out.push_back({"d" + std::to_string(d), base(d, 150, 200)});
+  // 32-128: the register rows; 256 and 300 (Dv 72): the global-accumulator rows.
+  for (std::int64_t d : {32, 64, 128, 256}) out.push_back({"d" + std::to_string(d), base(d, 150, 200)});
+  out.push_back({"d300_dv72", base(300, 90, 140)});
+  out.back().spec.head_dim_v = 72;
   out.push_back({"d61_unaligned", base(61, 100, 120)});
   out.push_back({"d7_dv13", base(7, 50, 60)});
   out.back().spec.head_dim_v = 13;

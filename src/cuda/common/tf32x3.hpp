@@ -24,6 +24,9 @@
 #include <cute/tensor.hpp>
 
 #include <cstdint>
+#include <utility>
+
+#include "cuda/common/fragments.hpp"
 
 namespace memattn::cuda {
 
@@ -76,18 +79,44 @@ __device__ __forceinline__ void gemm_tf32x3(const TiledMma& mma, const FragA& a,
   }
 }
 
-// acc += P V over one key tile, one column block of acc at a time: p (V, M, K) fp32 in registers
-// (split once), load_b(n, k) B's (V) fp32 fragment of column block n and k-block k.
+// acc += A B^T over every k-block of a and b, in sums of kTf32x3KBlocksPerSum k-blocks; load(k)
+// fills k-block k of both first.
+template <class TiledMma, class FragA, class FragB, class Load, class Acc>
+__device__ __forceinline__ void gemm_tf32x3_all(const TiledMma& mma, const FragA& a, const FragB& b, Load&& load,
+                                                Acc& acc) {
+  constexpr int kBlocks = kTf32x3KBlocksPerSum;
+  static_assert(decltype(size<2>(a))::value % kBlocks == 0);
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); k += kBlocks) {
+    CUTE_UNROLL
+    for (int g = 0; g < kBlocks; ++g) load(k + g);
+    gemm_tf32x3<kBlocks>(mma, a, b, k, acc);
+  }
+}
+
+// P's two TF32 parts (P V's A operand, (V, M, K)), split once per key tile.
+template <class FragP>
+struct SplitP {
+  decltype(make_fragment_like<tfloat32_t>(std::declval<FragP>())) big, small;
+  __device__ __forceinline__ explicit SplitP(const FragP& p)
+      : big(make_fragment_like<tfloat32_t>(p)), small(make_fragment_like<tfloat32_t>(p)) {
+    split_tf32(p, big, small);
+  }
+};
+
+// acc += P V over one key tile, one column block of acc at a time: load_b(n, k) gives B's (V) fp32
+// fragment of column block n and k-block k.
 template <class TiledMma, class FragP, class LoadB, class Acc>
-__device__ __forceinline__ void gemm_tf32x3_columns(const TiledMma& mma, const FragP& p, LoadB&& load_b, Acc& acc) {
-  auto p_big = make_fragment_like<tfloat32_t>(p), p_small = make_fragment_like<tfloat32_t>(p);
-  split_tf32(p, p_big, p_small);
+__device__ __forceinline__ void gemm_tf32x3_columns(const TiledMma& mma, const SplitP<FragP>& split, LoadB&& load_b,
+                                                    Acc& acc) {
+  const auto& p_big = split.big;
+  const auto& p_small = split.small;
   CUTE_UNROLL
   for (int n = 0; n < size<2>(acc); ++n) {
     auto sum = make_fragment_like(acc(_, _, n));  // (V, M)
     clear(sum);
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(p); ++k) {
+    for (int k = 0; k < size<2>(p_big); ++k) {
       const auto b = load_b(n, k);
       auto b_big = make_fragment_like<tfloat32_t>(b), b_small = make_fragment_like<tfloat32_t>(b);
       split_tf32(b, b_big, b_small);
@@ -113,5 +142,20 @@ __device__ __forceinline__ constexpr auto tf32_acc_as_a_operand(Layout acc) {
 // Logical key j of each group of 8 -> physical key 2 (j % 4) + j / 4, over kKeys keys.
 template <int kKeys>
 using Tf32x3KeyOrder = Layout<Shape<Shape<_4, _2, Int<kKeys / 8>>>, Stride<Stride<_2, _1, _8>>>;
+
+// The GEMM operands' register fragments for Traits: the MMA's own (16-bit), or fp32 ones that the
+// 3xTF32 GEMMs split into TF32 parts.
+template <class Traits, class Frag>
+__device__ __forceinline__ auto operand_fragment(Frag frag) {
+  if constexpr (Traits::kTf32x3) return make_fragment_like<float>(frag);
+  else return frag;
+}
+
+// The probabilities (S's accumulator layout) seen as P V's A operand.
+template <class Traits, class Layout>
+__device__ __forceinline__ constexpr auto p_as_a_operand(Layout acc) {
+  if constexpr (Traits::kTf32x3) return tf32_acc_as_a_operand(acc);
+  else return acc_as_a_operand(acc);
+}
 
 }  // namespace memattn::cuda

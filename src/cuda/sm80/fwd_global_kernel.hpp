@@ -6,7 +6,8 @@
 // is normalised and stored as the output instead. The workspace keeps every chunk in MMA-fragment
 // order, float4 by float4 and thread by thread, so each access is a coalesced 16-byte load or
 // store with no shuffle. All tiles (Q and K chunks, V chunks) flow through one kStages-deep
-// cp.async pipeline of shared-memory stages.
+// cp.async pipeline of shared-memory stages. The fp32 rows (Element float) run both GEMMs as
+// 3xTF32 (tf32x3.hpp); P is split once per key tile, for every value chunk.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -148,9 +149,9 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
   auto a_s2r = a_s2r_copy.get_thread_slice(tid);
   auto b_s2r = b_s2r_copy.get_thread_slice(tid);
   auto bt_s2r = bt_s2r_copy.get_thread_slice(tid);
-  Tensor rA = thr_mma.partition_fragment_A(stage_a(0));
-  Tensor rB = thr_mma.partition_fragment_B(stage_b(0));
-  Tensor rBt = thr_mma.partition_fragment_B(stage_bt(0));
+  Tensor rA = operand_fragment<Traits>(thr_mma.partition_fragment_A(stage_a(0)));
+  Tensor rB = operand_fragment<Traits>(thr_mma.partition_fragment_B(stage_b(0)));
+  Tensor rBt = operand_fragment<Traits>(thr_mma.partition_fragment_B(stage_bt(0)));
   Tensor rA_view = a_s2r.retile_D(rA);
   Tensor rB_view = b_s2r.retile_D(rB);
   Tensor rBt_view = bt_s2r.retile_D(rBt);
@@ -178,11 +179,18 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
       const int s = job % kStages;
       Tensor sA = a_s2r.partition_S(stage_a(s));
       Tensor sB = b_s2r.partition_S(stage_b(s));
-      CUTE_UNROLL
-      for (int kk = 0; kk < size<2>(rA); ++kk) {
+      const auto load_qk = [&](int kk) {
         copy(a_s2r_copy, sA(_, _, kk), rA_view(_, _, kk));
         copy(b_s2r_copy, sB(_, _, kk), rB_view(_, _, kk));
-        gemm(mma, rA(_, _, kk), rB(_, _, kk), acc_s);
+      };
+      if constexpr (Traits::kTf32x3) {
+        gemm_tf32x3_all(mma, rA, rB, load_qk, acc_s);
+      } else {
+        CUTE_UNROLL
+        for (int kk = 0; kk < size<2>(rA); ++kk) {
+          load_qk(kk);
+          gemm(mma, rA(_, _, kk), rB(_, _, kk), acc_s);
+        }
       }
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
@@ -194,8 +202,12 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
     softmax.update(acc_s_rc, rescale, kNatural ? kLog2e : 1.0f);
     if constexpr ((kFeatures & kDropout) != 0)
       if (p.dropout) apply_dropout(p, origin, acc_s, tScS);
-    Tensor p_frag = convert_fragment<Element>(acc_s);
-    Tensor tOrP = cute::make_tensor(p_frag.data(), acc_as_a_operand(p_frag.layout()));
+    Tensor p_frag = convert_fragment<Element>(acc_s);  // fp32: kept as is
+    Tensor tOrP = cute::make_tensor(p_frag.data(), p_as_a_operand<Traits>(p_frag.layout()));
+    [[maybe_unused]] const auto p_split = [&] {
+      if constexpr (Traits::kTf32x3) return SplitP(tOrP);
+      else return 0;
+    }();
     const bool first = n == n_last, last = n == n_first;
     if (last) {
       if constexpr (kNatural) softmax.final_factors_natural(out_scale, norm, lse);
@@ -213,11 +225,20 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
       cp_async_wait<kStages - 2>();
       __syncthreads();
       issue(job + kStages - 1);
-      Tensor sBt = bt_s2r.partition_S(stage_bt(job % kStages));
-      CUTE_UNROLL
-      for (int kk = 0; kk < size<2>(tOrP); ++kk) {
-        copy(bt_s2r_copy, sBt(_, _, kk), rBt_view(_, _, kk));
-        gemm(mma, tOrP(_, _, kk), rBt(_, _, kk), acc_o);
+      if constexpr (Traits::kTf32x3) {
+        Tensor sBt = thr_mma.partition_B(stage_bt(job % kStages));  // one 32-bit load per value
+        gemm_tf32x3_columns(mma, p_split, [&](int d, int kk) {
+          Tensor v = make_fragment_like(sBt(_, d, kk));
+          copy(sBt(_, d, kk), v);
+          return v;
+        }, acc_o);
+      } else {
+        Tensor sBt = bt_s2r.partition_S(stage_bt(job % kStages));
+        CUTE_UNROLL
+        for (int kk = 0; kk < size<2>(tOrP); ++kk) {
+          copy(bt_s2r_copy, sBt(_, _, kk), rBt_view(_, _, kk));
+          gemm(mma, tOrP(_, _, kk), rBt(_, _, kk), acc_o);
+        }
       }
       if (!last) {
         store_accumulator<Traits>(acc_chunk, acc_o);

@@ -66,21 +66,6 @@ struct ForwardSharedStorage<Traits, kFeatures, ForwardExtra::paged_rows> : Forwa
   PagedRow rows[2][Traits::kBlockN];
 };
 
-// The GEMM operands' register fragments: the MMA's own (16-bit), or fp32 ones that the 3xTF32
-// GEMMs split into TF32 parts (tf32x3.hpp).
-template <class Traits, class Frag>
-__device__ __forceinline__ auto operand_fragment(Frag frag) {
-  if constexpr (Traits::kTf32x3) return make_fragment_like<float>(frag);
-  else return frag;
-}
-
-// The probabilities (S's accumulator layout) seen as P V's A operand.
-template <class Traits, class Layout>
-__device__ __forceinline__ constexpr auto p_as_a_operand(Layout acc) {
-  if constexpr (Traits::kTf32x3) return tf32_acc_as_a_operand(acc);
-  else return acc_as_a_operand(acc);
-}
-
 template <class Traits, unsigned kFeatures>
 __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* smem) {
   using Element = typename Traits::Element;
@@ -248,23 +233,16 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     cp_async_fence();
     if (n > n_first) locate_rows(n - 1);  // read by K(n - 1)'s copy, after the next barrier
 
+    const auto load_qk = [&](int kk) {
+      copy(q_s2r_copy, tSsQ(_, _, kk), tSrQ_view(_, _, kk));
+      copy(k_s2r_copy, tSsK(_, _, kk), tSrK_view(_, _, kk));
+    };
     if constexpr (Traits::kTf32x3) {
-      constexpr int kBlocks = kTf32x3KBlocksPerSum;
-      static_assert(decltype(size<2>(tSrQ))::value % kBlocks == 0);
-      CUTE_UNROLL
-      for (int kk = 0; kk < size<2>(tSrQ); kk += kBlocks) {
-        CUTE_UNROLL
-        for (int g = 0; g < kBlocks; ++g) {
-          copy(q_s2r_copy, tSsQ(_, _, kk + g), tSrQ_view(_, _, kk + g));
-          copy(k_s2r_copy, tSsK(_, _, kk + g), tSrK_view(_, _, kk + g));
-        }
-        gemm_tf32x3<kBlocks>(mma, tSrQ, tSrK, kk, acc_s);
-      }
+      gemm_tf32x3_all(mma, tSrQ, tSrK, load_qk, acc_s);
     } else {
       CUTE_UNROLL
       for (int kk = 0; kk < size<2>(tSrQ); ++kk) {
-        copy(q_s2r_copy, tSsQ(_, _, kk), tSrQ_view(_, _, kk));
-        copy(k_s2r_copy, tSsK(_, _, kk), tSrK_view(_, _, kk));
+        load_qk(kk);
         gemm(mma, tSrQ(_, _, kk), tSrK(_, _, kk), acc_s);
       }
     }
@@ -298,7 +276,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     Tensor tOrP = cute::make_tensor(p_frag.data(), p_as_a_operand<Traits>(p_frag.layout()));
     if constexpr (Traits::kTf32x3) {
       Tensor tOsVt_mma = thr_mma.partition_B(sVt);  // (MMA, MMA_D, MMA_N), one 32-bit load per value
-      gemm_tf32x3_columns(mma, tOrP, [&](int d, int kk) {
+      gemm_tf32x3_columns(mma, SplitP(tOrP), [&](int d, int kk) {
         Tensor v = make_fragment_like(tOsVt_mma(_, d, kk));
         copy(tOsVt_mma(_, d, kk), v);
         return v;
