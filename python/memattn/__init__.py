@@ -151,7 +151,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     GPU and can be captured in a CUDA graph; lengths beyond a bound give unspecified results), and
     without them the lengths are copied to the host and checked.
     precision ("auto", "ieee" or "tf32x3") is how CUDA calls multiply float32 inputs: FMAs on CUDA
-    cores, or tensor cores with three TF32 products per product (forward rows up to D = 128).
+    cores, or tensor cores with three TF32 products per product (the forward's rows).
     tf32x3 serves calls that autograd does not record, and "auto" is tf32x3 there and ieee
     otherwise: the backward runs on FMAs and takes the forward's LSE as exact for the scores it
     recomputes, which 3xTF32 scores are not (a gradient error of 5e-5 at logits of 100).
