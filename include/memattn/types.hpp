@@ -24,7 +24,7 @@ const char* to_string(Backend backend);
 
 // How the CUDA backend multiplies fp32 inputs (16-bit inputs ignore it: their products are exact in
 // fp32). `ieee`: plain fp32 FMAs on CUDA cores. `tf32x3`: tensor cores, each fp32 product as three
-// TF32 products (big and small parts of each operand), within DESIGN's fp32 tolerance at up to 1.5x
+// TF32 products (big and small parts of each operand), within DESIGN's fp32 tolerance at 0.8-2.8x
 // the FMAs' error (docs/decisions.md, fp32 precision); the backward, which has no 3xTF32 rows,
 // takes the FMA rows. `automatic`: tf32x3 for a forward that writes no
 // LSE, ieee otherwise: a backward recomputes the scores with FMAs and takes the forward's LSE as

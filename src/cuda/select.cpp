@@ -132,7 +132,7 @@ bool tma_loadable(const TensorRef& t) {
 Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
   // `automatic`: FMAs for a call that writes the LSE, which a backward (FMAs) takes as exact for
-  // the scores it recomputes; 3xTF32 scores differ from those by about |S| 2^-22 (types.hpp).
+  // the scores it recomputes; 3xTF32 scores differ from those by a few fp32 roundings (types.hpp).
   n.ieee = a.precision == Precision::ieee || (a.precision == Precision::automatic && a.lse.defined());
   n.tma_loadable = tma_loadable(a.q) && tma_loadable(a.k) && tma_loadable(a.v);
   n.varlen = p.varlen;

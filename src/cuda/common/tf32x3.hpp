@@ -1,7 +1,7 @@
 // fp32 products on TF32 tensor cores at close to fp32 accuracy (3xTF32). Each fp32 operand x is
 // split into big = x rounded to TF32 (10 mantissa bits) and small = x - big (exact in fp32, then
 // rounded to TF32 itself); a b = big_a big_b + big_a small_b + small_a big_b + small_a small_b, and
-// the last term (about 2^-22 |a b|) is dropped. The small products go first.
+// the last term (at most 2^-24 |a b|) is dropped. The small products go first.
 //
 // Where the sums go. The tensor cores round their fp32 sums toward zero, so each MMA into an
 // accumulator loses up to an ulp of it, always in the same direction. Accumulated straight into
@@ -10,7 +10,7 @@
 // sum runs in a fresh accumulator over a few k-blocks and is added to the running one with a
 // rounded FADD: P V over one key tile (gemm_tf32x3_columns), Q K^T over kTf32x3KBlocksPerSum
 // k-blocks of the head dim (gemm_tf32x3). H200, B x S = 16384, 16 heads, forward, relative error
-// at 200 and 4096 keys and TFLOP/s at 4096, by k-blocks per Q K^T sum (16 = all of D = 128):
+// at 200 and 4096 keys and TFLOP/s at 4096, by k-blocks per Q K^T sum:
 //   1: 5.2e-7, 5.6e-7, 36 (D = 128) / 40 (D = 64); 2: 5.5e-7, 6.0e-7, 41 / 43;
 //   4: 6.6e-7, 7.2e-7, 43 / 44; 8: 8.9e-7, 9.8e-7, 44 / 43; FMAs (ieee): 4.4e-7, 1.2e-6, 16.
 //
