@@ -94,6 +94,21 @@ __device__ __forceinline__ void gemm_tf32x3_all(const TiledMma& mma, const FragA
   }
 }
 
+// acc += A B^T over every k-block, load(k) filling k-block k of a and b first: the MMA's own
+// operands (16-bit) one k-block at a time, or 3xTF32 (fp32 Traits).
+template <class Traits, class TiledMma, class FragA, class FragB, class Load, class Acc>
+__device__ __forceinline__ void gemm_loaded(const TiledMma& mma, const FragA& a, const FragB& b, Load&& load, Acc& acc) {
+  if constexpr (Traits::kTf32x3) {
+    gemm_tf32x3_all(mma, a, b, load, acc);
+  } else {
+    CUTE_UNROLL
+    for (int k = 0; k < size<2>(a); ++k) {
+      load(k);
+      gemm(mma, a(_, _, k), b(_, _, k), acc);
+    }
+  }
+}
+
 // P's two TF32 parts (P V's A operand, (V, M, K)), split once per key tile.
 template <class FragP>
 struct SplitP {

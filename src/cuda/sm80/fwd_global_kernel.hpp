@@ -183,15 +183,7 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
         copy(a_s2r_copy, sA(_, _, kk), rA_view(_, _, kk));
         copy(b_s2r_copy, sB(_, _, kk), rB_view(_, _, kk));
       };
-      if constexpr (Traits::kTf32x3) {
-        gemm_tf32x3_all(mma, rA, rB, load_qk, acc_s);
-      } else {
-        CUTE_UNROLL
-        for (int kk = 0; kk < size<2>(rA); ++kk) {
-          load_qk(kk);
-          gemm(mma, rA(_, _, kk), rB(_, _, kk), acc_s);
-        }
-      }
+      gemm_loaded<Traits>(mma, rA, rB, load_qk, acc_s);
     }
     const TileOrigin origin{work.b, work.h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kBlockN > seq.k_len || !rule.tile_visible(m0, m_end, n0, n0 + kBlockN);

@@ -237,15 +237,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
       copy(q_s2r_copy, tSsQ(_, _, kk), tSrQ_view(_, _, kk));
       copy(k_s2r_copy, tSsK(_, _, kk), tSrK_view(_, _, kk));
     };
-    if constexpr (Traits::kTf32x3) {
-      gemm_tf32x3_all(mma, tSrQ, tSrK, load_qk, acc_s);
-    } else {
-      CUTE_UNROLL
-      for (int kk = 0; kk < size<2>(tSrQ); ++kk) {
-        load_qk(kk);
-        gemm(mma, tSrQ(_, _, kk), tSrK(_, _, kk), acc_s);
-      }
-    }
+    gemm_loaded<Traits>(mma, tSrQ, tSrK, load_qk, acc_s);
     // Tile coordinates of every score element, for mask, bias and dropout.
     Tensor tScS = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kBlockN>{})));
     const SequenceInfo lseq{0, 0, opaque(seq.q_len), 0, opaque(seq.k_len), 0};
