@@ -218,11 +218,18 @@ SM80_BACKWARD_FUSED_BIAS_MIN_QUERIES_PER_KEY = {64: 1024, 128: 2048}
 # vs 51).
 SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (64, 64, 8, 4)}
 # One-pass rows with all five GEMMs on sm_90a's wgmma (sm90/one_pass_gemms.hpp): bucket ->
-# (queries, keys, warps). The two warpgroups split each GEMM's N mode and the tensor cores read
-# every operand from shared memory (no ldmatrix, no operand registers). H100, bf16, CLI bwd_ms
-# against the mma.sync row: S = 512 1.10x, causal 1.05x; S = 2048 1.14-1.16x; S = 8192 1.19x.
-# Chosen before the mma.sync row on sm_90 (the table's math rank).
-SM90_BACKWARD_FUSED_WGMMA_TILES = {256: (64, 64, 8)}
+# (queries, keys, warps). The two warpgroups split S and dP by keys and the tensor cores read every
+# operand from shared memory (no ldmatrix, no operand registers); with 128 keys each warpgroup
+# computes dK and dV for its own 64 keys. H100, bf16, CLI bwd_ms against the mma.sync row of the
+# bucket: D = 256 S = 512 1.10x, causal 1.05x, S = 2048 1.14-1.16x, S = 8192 1.19x; D = 128
+# (64 x 128 against the same tile) S = 2048 283 -> 359 TFLOP/s, causal 237 -> 298, S = 8192
+# 314 -> 412, causal 295 -> 386; D = 64 (against 128 x 128) S = 2048 245 -> 256, causal 202 ->
+# 213, S = 8192 272 -> 294, causal 256 -> 277. Chosen before the mma.sync rows on sm_90 (the
+# table's math rank), and from shorter query loops than they are: against the two-kernel rows at
+# about 256 queries per key (the shortest measured) D = 128 S = 256 0.600 -> 0.532 ms, S = 512
+# causal 0.646 -> 0.576; D = 64 0.756 -> 0.692, 0.818 -> 0.776.
+SM90_BACKWARD_FUSED_WGMMA_TILES = {64: (64, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
+SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 256: 0}
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
@@ -406,7 +413,7 @@ def backward_rows():
         for head_dim, (bm, bn, warps) in SM90_BACKWARD_FUSED_WGMMA_TILES.items():
             rows.append(Row(90, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             math="wgmma", atomics=True, fused=True,
-                            min_queries_per_key=SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim]))
+                            min_queries_per_key=SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY[head_dim]))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):

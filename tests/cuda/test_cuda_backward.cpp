@@ -72,9 +72,10 @@ INSTANTIATE_TEST_SUITE_P(WideHeads, CudaBackward, ::testing::ValuesIn(wide_head_
                          [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
 
 // The one-pass rows take only long sequences by default (min_queries_per_key), which the feature
-// cases are not: here each wide-head case runs on the first one-pass row of its dtype and bucket
-// that covers its features (forced: Options::overrides.kernel), skipped when none does (dropout) or
-// when the forced row does not fit (a bias whose rows are not 16-byte aligned).
+// cases are not: here each wide-head case runs on every one-pass row of its dtype and bucket that
+// covers its features (forced: Options::overrides.kernel): sm80's mma.sync row and, on an sm_90
+// GPU, the wgmma row. Skipped when none covers it (dropout) or none fits (a bias whose rows are not
+// 16-byte aligned; the wgmma rows on another GPU).
 class CudaBackwardOnePass : public ::testing::TestWithParam<NamedCase> {};
 
 // Whether the build has the kernel-table row `name`.
@@ -83,21 +84,29 @@ bool compiled(const std::string& name) {
   return std::any_of(rows.begin(), rows.end(), [&](const KernelInfo& k) { return k.name == name; });
 }
 
-std::string one_pass_row(const tools::ProblemSpec& s) {
+// The one-pass rows (bwd_sm80_..._fused..., bwd_sm90_..._wgmma_fused...) of the spec's dtype and
+// bucket with its features.
+std::vector<std::string> one_pass_rows(const tools::ProblemSpec& s) {
   if (s.dropout.p > 0 || s.deterministic) return {};
   const int d = int(std::max(s.head_dim, s.head_dim_v));
   const int bucket = d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 512;
-  const std::string prefix = std::string("bwd_sm80_") + (s.dtype == DType::bf16 ? "bf16" : "fp16") + "_d" +
-                             std::to_string(bucket) + "_";
+  const std::string dtype_bucket =
+      std::string("_") + (s.dtype == DType::bf16 ? "bf16" : "fp16") + "_d" + std::to_string(bucket) + "_";
   const std::string suffix = s.bias.has_value() ? "_btile_vec_bias" : "_vec_plain";
-  for (const KernelInfo& k : list_kernels()) {
-    const std::string& n = k.name;
-    if (n.compare(0, prefix.size(), prefix) == 0 && n.find("_fused") != std::string::npos &&
-        n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-        (suffix == "_btile_vec_bias" || n.find("_btile") == std::string::npos))
-      return n;
+  std::vector<std::string> out;
+  for (const std::string family : {"bwd_sm80", "bwd_sm90"}) {
+    const std::string prefix = family + dtype_bucket;
+    for (const KernelInfo& k : list_kernels()) {
+      const std::string& n = k.name;
+      if (n.compare(0, prefix.size(), prefix) == 0 && n.find("_fused_") != std::string::npos &&
+          n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+          (suffix == "_btile_vec_bias" || n.find("_btile") == std::string::npos)) {
+        out.push_back(n);
+        break;  // the family's first: its default tile
+      }
+    }
   }
-  return {};
+  return out;
 }
 
 // Why the forced backward row cannot run the spec's problem (the dispatcher's reason), or empty when
@@ -116,11 +125,20 @@ std::string forced_row_refusal(const tools::ProblemSpec& s) {
 
 TEST_P(CudaBackwardOnePass, MatchesReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  tools::ProblemSpec s = GetParam().spec;
-  s.backward_overrides.kernel = one_pass_row(s);
-  if (s.backward_overrides.kernel.empty()) GTEST_SKIP() << "no one-pass row covers this case in this build";
-  if (const std::string why = forced_row_refusal(s); !why.empty()) GTEST_SKIP() << why;
-  check_case(s);  // a forced row that cannot run the problem fails (invalid_argument), never `unsupported`
+  int ran = 0;
+  std::string refusals;
+  for (const std::string& row : one_pass_rows(GetParam().spec)) {
+    tools::ProblemSpec s = GetParam().spec;
+    s.backward_overrides.kernel = row;
+    if (const std::string why = forced_row_refusal(s); !why.empty()) {
+      refusals += why + "; ";
+      continue;
+    }
+    SCOPED_TRACE(row);
+    check_case(s);  // a forced row that cannot run the problem fails (invalid_argument), never `unsupported`
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "no one-pass row of this build runs this case: " << refusals;
 }
 
 // The wide-head cases, with Mk rounded up to a multiple of 8 where there is a bias (the bias tile
@@ -135,14 +153,15 @@ std::vector<NamedCase> one_pass_cases() {
 INSTANTIATE_TEST_SUITE_P(WideHeads, CudaBackwardOnePass, ::testing::ValuesIn(one_pass_cases()),
                          [](const ::testing::TestParamInfo<NamedCase>& info) { return info.param.name; });
 
-// one_pass_row() finds the rows by the parts of their names, and skips a case when it finds none:
-// were the names to change, every case above would be skipped. So each sm80 one-pass row of the
-// build (a backward row with atomics) must be found for a problem of its dtype, bucket and bias.
-// No GPU needed.
+// one_pass_rows() finds the rows by the parts of their names, and skips a case when it finds none:
+// were the names to change, every case above would be skipped. So each one-pass row of the build
+// (a backward row with atomics, sm80's or sm90's) must be found for a problem of its dtype, bucket
+// and bias. No GPU needed.
 TEST(CudaBackwardOnePassRows, TheSearchFindsEveryOnePassRow) {
   int rows = 0;
   for (const KernelInfo& k : list_kernels()) {
-    if (k.name.rfind("bwd_sm80_", 0) != 0 || k.description.find(", atomics") == std::string::npos) continue;
+    const bool sm80 = k.name.rfind("bwd_sm80_", 0) == 0, wgmma = k.name.find("_wgmma_fused_") != std::string::npos;
+    if (!(sm80 || wgmma) || k.description.find(", atomics") == std::string::npos) continue;
     ++rows;
     // <pass>_sm<family>_<dtype>_d<bucket>_...: the format test_cuda_rows.cpp reads too.
     const std::size_t dtype_at = std::string("bwd_sm80_").size(), bucket_at = k.name.find("_d", dtype_at);
@@ -152,9 +171,12 @@ TEST(CudaBackwardOnePassRows, TheSearchFindsEveryOnePassRow) {
     s.dtype = k.name.compare(dtype_at, 4, "bf16") == 0 ? DType::bf16 : DType::f16;
     if (k.description.find(", bias") != std::string::npos) s.bias = tools::bias_pattern(tools::BiasKind::dense);
     s.backend = Backend::cuda;
-    EXPECT_FALSE(one_pass_row(s).empty()) << k.name << ": no one-pass row found for " << s.describe();
+    const std::vector<std::string> found = one_pass_rows(s);
+    const std::string family = k.name.substr(0, std::string("bwd_sm80").size());
+    EXPECT_TRUE(std::any_of(found.begin(), found.end(), [&](const std::string& n) { return n.rfind(family, 0) == 0; }))
+        << k.name << ": no one-pass row of its family found for " << s.describe();
   }
-  if (rows == 0) GTEST_SKIP() << "the build has no sm80 one-pass rows";
+  if (rows == 0) GTEST_SKIP() << "the build has no one-pass rows";
 }
 
 // The backward regenerates exactly the forward's mask (dV with dO = identity shows it).
@@ -164,12 +186,18 @@ TEST(CudaBackward, DropoutMaskMatchesTheMapping) {
 }
 
 // The one-pass rows at D = 128 are chosen only for query loops of some length (their
-// min_queries_per_key, 512: a key sees Mq queries, about Mq / 2 when causal), and never with
-// `deterministic`.
+// min_queries_per_key: a key sees Mq queries, about Mq / 2 when causal; 512 for sm80's row, 256
+// for the wgmma row on an sm_90 GPU), and never with `deterministic`.
 TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain") || !compiled("bwd_sm80_bf16_d128_m64n64w4_vec_plain"))
     GTEST_SKIP() << "the build lacks the D = 128 rows";
+  int device = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
+  const bool wgmma = major * 10 + minor == 90 && compiled("bwd_sm90_bf16_d128_m64n128w8_wgmma_fused_vec_plain");
+  const std::int64_t shortest = wgmma ? 256 : 512;
   enum Variant { plain, causal, deterministic };
   const auto one_pass = [](std::int64_t seqlen, Variant variant) {
     tools::ProblemSpec s = problem_shape(1, seqlen, seqlen, 1, 1, 128, 128);
@@ -186,9 +214,10 @@ TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
   };
   EXPECT_TRUE(one_pass(4096, plain));
   EXPECT_TRUE(one_pass(2048, causal));
-  EXPECT_TRUE(one_pass(512, plain));
-  EXPECT_FALSE(one_pass(512, causal));
-  EXPECT_FALSE(one_pass(256, plain));
+  EXPECT_TRUE(one_pass(shortest, plain));
+  EXPECT_TRUE(one_pass(2 * shortest, causal));
+  EXPECT_FALSE(one_pass(shortest, causal));
+  EXPECT_FALSE(one_pass(shortest / 2, plain));
   EXPECT_FALSE(one_pass(4096, deterministic));
 }
 
@@ -197,7 +226,8 @@ TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
 // tile per head, the heads chosen from the GPU's multiprocessor count; the plan must say it
 // splits), against the reference. Mq not a multiple of the query tile; with GQA a part's steps
 // cross from one query head to the next; 68 extra tiles are split three ways; D = 256 and 512
-// (sm80's 32 x 32 row, S and dP summed over head-dim slices) run their own layouts.
+// (sm80's 32 x 32 row, S and dP summed over head-dim slices) run their own layouts; every case
+// on each one-pass row of its bucket (sm80's, and the wgmma row on an sm_90 GPU).
 TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain"))
@@ -218,21 +248,25 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
     s.dtype = c.dtype;
     if (c.bias) s.bias = tools::bias_pattern(tools::BiasKind::dense);
     s.backend = Backend::cuda;
-    // Forced: the bias rows' default needs longer query loops. A filtered build may lack the
-    // case's row (the first case's is there, checked above).
-    s.backward_overrides.kernel = one_pass_row(s);
-    if (s.backward_overrides.kernel.empty()) continue;
-    std::string plan;
-    for (int per_sm = 1; per_sm <= 4 && plan.find("split over") == std::string::npos; ++per_sm) {
-      s.heads_k = std::int64_t(sms) * per_sm + c.extra_tiles;  // one key tile per head
-      s.heads_q = s.heads_k * c.group;
-      tools::Workload w(s);
-      ASSERT_TRUE(w.to_device().ok());
-      ASSERT_TRUE(describe_plan(w.backward_args(), &plan).ok());
+    // Forced, each one-pass row of the case (the bias rows' default needs longer query loops). A
+    // filtered build may lack the case's rows (the first case's is there, checked above); the
+    // wgmma rows run only on an sm_90 GPU.
+    for (const std::string& row : one_pass_rows(s)) {
+      s.backward_overrides.kernel = row;
+      s.heads_k = s.heads_q = 1;
+      if (!forced_row_refusal(s).empty()) continue;
+      std::string plan;
+      for (int per_sm = 1; per_sm <= 4 && plan.find("split over") == std::string::npos; ++per_sm) {
+        s.heads_k = std::int64_t(sms) * per_sm + c.extra_tiles;  // one key tile per head
+        s.heads_q = s.heads_k * c.group;
+        tools::Workload w(s);
+        ASSERT_TRUE(w.to_device().ok());
+        ASSERT_TRUE(describe_plan(w.backward_args(), &plan).ok());
+      }
+      SCOPED_TRACE(s.describe() + ": " + plan);
+      EXPECT_NE(plan.find("split over"), std::string::npos);
+      check_case(s);
     }
-    SCOPED_TRACE(s.describe() + ": " + plan);
-    EXPECT_NE(plan.find("split over"), std::string::npos);
-    check_case(s);
   }
 }
 

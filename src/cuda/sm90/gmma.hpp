@@ -34,6 +34,12 @@ using WarpgroupsAlongN = decltype(make_tiled_mma(
     SM90::GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kN / kGroups>, _16>, kMajorA, kMajorB>(),
     Layout<Shape<_1, Int<kGroups>, _1>>{}));
 
+// kGroups warpgroups stacked along M, each one 64 x kN atom (the tile's M is 64 x kGroups).
+template <class Element, int kN, int kGroups, GMMA::Major kMajorA, GMMA::Major kMajorB>
+using WarpgroupsAlongM = decltype(make_tiled_mma(
+    SM90::GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kN>, _16>, kMajorA, kMajorB>(),
+    Layout<Shape<Int<kGroups>, _1, _1>>{}));
+
 // acc += A B^T over every k-block of the tiles, issued to the tensor cores; gmma_complete waits.
 template <class TiledMma, class SmemA, class SmemB, class Acc>
 __device__ __forceinline__ void gmma_issue(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc, int tid) {

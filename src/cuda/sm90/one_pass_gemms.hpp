@@ -4,14 +4,17 @@
 // Why: with mma.sync each warp copies both operands of every GEMM into registers by ldmatrix
 // (the D = 256 row: ~40% of the step's stall samples sit in the S / dP and dK / dV GEMMs, MIO
 // throttle on ldmatrix.trans among them), and the operand registers are what the row spills for.
-// Here the two warpgroups split each GEMM's N mode: S and dP (queries x keys) by keys, dV and dK
-// (keys x head dim) and each dQ chunk (queries x kDqCols) by columns, so every warpgroup holds
-// the same rows of each accumulator (a quad per row, as mma.sync's warps did), and the tensor cores
-// read Q, K, V, dO, P and dS where they lie. The transposed operands (P^T, dS^T, dO^T, Q^T, K^T)
+// Here the two warpgroups split S and dP (queries x keys) by keys and each dQ chunk (queries x
+// kDqCols) by columns, so both hold the same query rows (a quad per row, as mma.sync's warps
+// did); dV and dK (keys x head dim) are split by columns over 64 keys, by keys over 128 (each
+// warpgroup then reads only the P^T and dS^T rows it wrote). The tensor cores read Q, K, V, dO, P
+// and dS where they lie. The transposed operands (P^T, dS^T, dO^T, Q^T, K^T)
 // are the same bytes read MN-major (gmma.hpp).
 #pragma once
 
 #include <cute/tensor.hpp>
+
+#include <type_traits>
 
 #include "cuda/sm90/gmma.hpp"
 
@@ -22,7 +25,8 @@ using namespace cute;
 template <class Element, int kBlockM, int kBlockN, int kHeadDim, int kDqCols>
 struct OnePassGmmaGemms {
   static constexpr int kWarpgroups = 2;
-  static_assert(kBlockM == 64 && kBlockN == 64, "one wgmma row block of queries (S, dQ) and of keys (dK, dV)");
+  static_assert(kBlockM == 64, "one wgmma row block of queries (S, dQ)");
+  static_assert(kBlockN == 64 || kBlockN == 64 * kWarpgroups, "keys: one row block, or one per warpgroup");
   static_assert(kHeadDim / kWarpgroups <= 256 && kDqCols % (8 * kWarpgroups) == 0);
 
   using SmemLayoutQ = KMajorTile<Element, kBlockM, kHeadDim>;       // Q, dO
@@ -33,7 +37,12 @@ struct OnePassGmmaGemms {
   using SmemLayoutPt = TransposedTile<Element, kBlockN, kBlockM>;   // A operands of dV, dK
 
   using MmaSdp = WarpgroupsAlongN<Element, kBlockN, kWarpgroups, GMMA::Major::K, GMMA::Major::K>;
-  using MmaDkv = WarpgroupsAlongN<Element, kHeadDim, kWarpgroups, GMMA::Major::MN, GMMA::Major::MN>;
+  // dV and dK (keys x head dim): with a row block of keys per warpgroup each takes its own keys
+  // over the whole head dim (one N = kHeadDim wgmma reads its share of P^T and dS^T once), else
+  // the warpgroups split the head dim.
+  using MmaDkv = std::conditional_t<
+      kBlockN == 64, WarpgroupsAlongN<Element, kHeadDim, kWarpgroups, GMMA::Major::MN, GMMA::Major::MN>,
+      WarpgroupsAlongM<Element, kHeadDim, kWarpgroups, GMMA::Major::MN, GMMA::Major::MN>>;
   using MmaDq = WarpgroupsAlongN<Element, kDqCols, kWarpgroups, GMMA::Major::K, GMMA::Major::MN>;
   // A step's dQ leaves by one bulk reduction of the staged tile (bulk_reduce.hpp), issued by one
   // thread, instead of the warps' atomics beside the S and dP GEMMs.
