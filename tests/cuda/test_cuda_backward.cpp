@@ -190,13 +190,15 @@ TEST(CudaBackward, DropoutMaskMatchesTheMapping) {
 // for the wgmma row on an sm_90 GPU), and never with `deterministic`.
 TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain") || !compiled("bwd_sm80_bf16_d128_m64n64w4_vec_plain"))
-    GTEST_SKIP() << "the build lacks the D = 128 rows";
   int device = 0, major = 0, minor = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
+  // A build of sm_90 SASS alone leaves out sm80's one-pass row where the wgmma row comes first.
   const bool wgmma = major * 10 + minor == 90 && compiled("bwd_sm90_bf16_d128_m64n128w8_wgmma_fused_vec_plain");
+  if (!(wgmma || compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain")) ||
+      !compiled("bwd_sm80_bf16_d128_m64n64w4_vec_plain"))
+    GTEST_SKIP() << "the build lacks the D = 128 rows";
   const std::int64_t shortest = wgmma ? 256 : 512;
   enum Variant { plain, causal, deterministic };
   const auto one_pass = [](std::int64_t seqlen, Variant variant) {
@@ -230,10 +232,12 @@ TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
 // on each one-pass row of its bucket (sm80's, and the wgmma row on an sm_90 GPU).
 TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain"))
-    GTEST_SKIP() << "the build lacks the D = 128 one-pass row";
+  if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain") &&
+      !compiled("bwd_sm90_bf16_d128_m64n128w8_wgmma_fused_vec_plain"))
+    GTEST_SKIP() << "the build lacks the D = 128 one-pass rows";
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  int ran = 0;
   struct Case {
     DType dtype;
     int head_dim, head_dim_v, group;
@@ -249,8 +253,7 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
     if (c.bias) s.bias = tools::bias_pattern(tools::BiasKind::dense);
     s.backend = Backend::cuda;
     // Forced, each one-pass row of the case (the bias rows' default needs longer query loops). A
-    // filtered build may lack the case's rows (the first case's is there, checked above); the
-    // wgmma rows run only on an sm_90 GPU.
+    // filtered build may lack the case's rows; the wgmma rows run only on an sm_90 GPU.
     for (const std::string& row : one_pass_rows(s)) {
       s.backward_overrides.kernel = row;
       s.heads_k = s.heads_q = 1;
@@ -266,8 +269,10 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
       SCOPED_TRACE(s.describe() + ": " + plan);
       EXPECT_NE(plan.find("split over"), std::string::npos);
       check_case(s);
+      ++ran;
     }
   }
+  EXPECT_GT(ran, 0) << "no one-pass row ran a case";
 }
 
 // Bit-identical gradients run after run (the kernels own their output rows: no atomics).
