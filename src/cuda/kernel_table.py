@@ -220,15 +220,18 @@ SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (64, 64, 8, 4)}
 # One-pass rows with all five GEMMs on sm_90a's wgmma (sm90/one_pass_gemms.hpp): bucket ->
 # (queries, keys, warps). The two warpgroups split S and dP by keys and the tensor cores read every
 # operand from shared memory (no ldmatrix, no operand registers); with 128 keys each warpgroup
-# computes dK and dV for its own 64 keys. H100, bf16, CLI bwd_ms against the mma.sync row of the
-# bucket: D = 256 S = 512 1.10x, causal 1.05x, S = 2048 1.14-1.16x, S = 8192 1.19x; D = 128
-# (64 x 128 against the same tile) S = 2048 283 -> 359 TFLOP/s, causal 237 -> 298, S = 8192
-# 314 -> 412, causal 295 -> 386; D = 64 (against 128 x 128) S = 2048 245 -> 256, causal 202 ->
-# 213, S = 8192 272 -> 294, causal 256 -> 277. Chosen before the mma.sync rows on sm_90 (the
-# table's math rank), and from shorter query loops than they are: against the two-kernel rows at
-# about 256 queries per key (the shortest measured) D = 128 S = 256 0.600 -> 0.532 ms, S = 512
-# causal 0.646 -> 0.576; D = 64 0.756 -> 0.692, 0.818 -> 0.776.
-SM90_BACKWARD_FUSED_WGMMA_TILES = {64: (64, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
+# computes dK and dV for its own 64 keys, behind a barrier of its own threads. H100, bf16, CLI
+# bwd_ms against the mma.sync row of the bucket: D = 256 S = 512 1.10x, causal 1.05x, S = 2048
+# 1.14-1.16x, S = 8192 1.19x; D = 128 (64 x 128 against the same tile) S = 2048 283 -> 359
+# TFLOP/s, causal 237 -> 298, S = 8192 314 -> 412, causal 295 -> 386, then the warpgroup's own
+# barrier before dK and dV +1.5-3% (364, 300, 423, 393); D = 64 (128 x 128, against the same tile)
+# S = 2048 245 -> 295, causal 202 -> 237, S = 8192 272 -> 338, causal 256 -> 315 (64 x 128 had
+# given 255, 213, 293, 275: half the steps, barriers and dQ reductions per FLOP, at 60 bytes of
+# spills). Chosen before the mma.sync rows on sm_90 (the table's math rank), and from shorter
+# query loops than they are: against the two-kernel rows at about 256 queries per key (the
+# shortest measured) D = 128 S = 256 0.600 -> 0.532 ms, S = 512 causal 0.646 -> 0.576; D = 64
+# (64 x 128) 0.756 -> 0.692, 0.818 -> 0.776.
+SM90_BACKWARD_FUSED_WGMMA_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
 SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 256: 0}
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)

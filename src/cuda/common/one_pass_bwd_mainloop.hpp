@@ -311,7 +311,10 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
       copy(p_store, p_store_thr.retile_S(ds_frag), p_store_thr.partition_D(sdS));
     }
     Gemms::publish_smem_writes();
-    __syncthreads();  // P and dS are in (and dS in the bias tile, when dbias leaves from there)
+    if (stage_dbias || !Gemms::kOwnKeyGradOperands)
+      __syncthreads();  // P and dS are in (and dS in the bias tile, when dbias leaves from there)
+    else
+      Gemms::sync_warpgroup();  // its own rows of P^T and dS^T are in; the dQ GEMM's barrier comes later
     if (stage_dbias)  // 16-byte stores; the barrier after the dK GEMM keeps the next bias load off the tile
       store_dbias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
 

@@ -142,6 +142,8 @@ struct OnePassBwdTraits {
     }
     __device__ __forceinline__ static void publish_smem_writes() {}  // ldmatrix reads what the barrier published
     static constexpr bool kBulkDq = false;  // dQ leaves by the warps' atomics
+    static constexpr bool kOwnKeyGradOperands = false;  // every warp's dK/dV reads P^T and dS^T of all keys
+    __device__ __forceinline__ static void sync_warpgroup() {}
   };
   static_assert(kGemms == GemmKind::mma_sync || (kSdpSlices == 1 && kHeadSplit == 1),
                 "the wgmma rows compute S and dP in one slice, on one CTA");

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include <type_traits>
 
@@ -25,7 +26,7 @@ using namespace cute;
 template <class Element, int kBlockM, int kBlockN, int kHeadDim, int kDqCols>
 struct OnePassGmmaGemms {
   static constexpr int kWarpgroups = 2;
-  static_assert(kBlockM == 64, "one wgmma row block of queries (S, dQ)");
+  static_assert(kBlockM == 64 || kBlockM == 128, "one or two wgmma row blocks of queries (S, dQ)");
   static_assert(kBlockN == 64 || kBlockN == 64 * kWarpgroups, "keys: one row block, or one per warpgroup");
   static_assert(kHeadDim / kWarpgroups <= 256 && kDqCols % (8 * kWarpgroups) == 0);
 
@@ -47,6 +48,14 @@ struct OnePassGmmaGemms {
   // A step's dQ leaves by one bulk reduction of the staged tile (bulk_reduce.hpp), issued by one
   // thread, instead of the warps' atomics beside the S and dP GEMMs.
   static constexpr bool kBulkDq = true;
+  // With a row block of keys per warpgroup, dV and dK read only the rows of P^T and dS^T that the
+  // warpgroup's own threads stored (S's columns are split the same way), so a barrier of its 128
+  // threads publishes them; the CTA's barrier before the dQ GEMM (which reads all of dS) follows.
+  static constexpr bool kOwnKeyGradOperands = kBlockN == 64 * kWarpgroups;
+  static constexpr int kKeyGradsBarrier = 1;  // named barriers 1 and 2 (cutlass::arch::NamedBarrier's numbering)
+  __device__ __forceinline__ static void sync_warpgroup() {
+    cutlass::arch::NamedBarrier::sync(128, kKeyGradsBarrier + int(threadIdx.x) / 128);
+  }
 
   // S = Q K^T, then dP = dO V^T. The mma.sync GEMMs call after_s(kk) and after_dp(kk) after each
   // of their kSlices k16 slices (work for the warps beside the tensor cores); here each GEMM's
