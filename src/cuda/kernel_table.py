@@ -233,6 +233,9 @@ SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (64, 64, 8, 4)}
 # (64 x 128) 0.756 -> 0.692, 0.818 -> 0.776.
 SM90_BACKWARD_FUSED_WGMMA_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
 SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 256: 0}
+# The same with a bias tile (as SM80_BACKWARD_FUSED_BIAS_TILES: the step's bias by cp.async, dS back
+# through it for dbias), from the sm80 bias rows' query-loop lengths.
+SM90_BACKWARD_FUSED_WGMMA_BIAS_TILES = {64: (128, 128, 8), 128: (64, 128, 8)}
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
@@ -417,6 +420,11 @@ def backward_rows():
             rows.append(Row(90, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             math="wgmma", atomics=True, fused=True,
                             min_queries_per_key=SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY[head_dim]))
+            if head_dim in SM90_BACKWARD_FUSED_WGMMA_BIAS_TILES:
+                tm, tn, tw = SM90_BACKWARD_FUSED_WGMMA_BIAS_TILES[head_dim]
+                rows.append(Row(90, "bwd", dtype, head_dim, tm, tn, tw, "registers", "vector16", True, False,
+                                math="wgmma", atomics=True, fused=True, bias_tile=True,
+                                min_queries_per_key=SM80_BACKWARD_FUSED_BIAS_MIN_QUERIES_PER_KEY[head_dim]))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):
