@@ -234,8 +234,13 @@ SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (64, 64, 8, 4)}
 SM90_BACKWARD_FUSED_WGMMA_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
 SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 256: 0}
 # The same with a bias tile (as SM80_BACKWARD_FUSED_BIAS_TILES: the step's bias by cp.async, dS back
-# through it for dbias), from the sm80 bias rows' query-loop lengths.
+# through it for dbias). H100, bf16, dense bias, CLI against the sm80 bias rows: D = 128 S = 2048
+# 2.95 -> 2.48 ms, S = 8192 10.83 -> 8.87, causal 6.97 -> 6.00; D = 64 S = 2048 4.08 -> 3.52,
+# causal 2.97 -> 2.80, S = 8192 15.04 -> 12.75. From 1024 queries per key at D = 128 too: there
+# sm80's one-pass bias row already beat the two-kernel row (S = 2048 causal 2.71 -> 2.05 ms), and
+# the wgmma row beat that one on every problem measured.
 SM90_BACKWARD_FUSED_WGMMA_BIAS_TILES = {64: (128, 128, 8), 128: (64, 128, 8)}
+SM90_BACKWARD_FUSED_WGMMA_BIAS_MIN_QUERIES_PER_KEY = {64: 1024, 128: 1024}
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
@@ -424,7 +429,7 @@ def backward_rows():
                 tm, tn, tw = SM90_BACKWARD_FUSED_WGMMA_BIAS_TILES[head_dim]
                 rows.append(Row(90, "bwd", dtype, head_dim, tm, tn, tw, "registers", "vector16", True, False,
                                 math="wgmma", atomics=True, fused=True, bias_tile=True,
-                                min_queries_per_key=SM80_BACKWARD_FUSED_BIAS_MIN_QUERIES_PER_KEY[head_dim]))
+                                min_queries_per_key=SM90_BACKWARD_FUSED_WGMMA_BIAS_MIN_QUERIES_PER_KEY[head_dim]))
     bm, bn, warps, _ = SM80_BACKWARD_GACC_TILE
     for dtype in ("bf16", "fp16"):
         for loads in ("vector16", "element"):
