@@ -12,7 +12,7 @@ pass=$1
 rows=$2
 shift 2
 # The pass's own kernels (the backward's run starts with a forward for O and LSE).
-kernels=$([[ $pass == fwd ]] && echo 'forward' || echo '(dkdv|dq|fused_bwd)')
+kernels=$([[ $pass == fwd ]] && echo 'forward' || echo '(dkdv|dq|one_pass_bwd)')
 sections=(SpeedOfLight Occupancy LaunchStats WarpStateStats SchedulerStats ComputeWorkloadAnalysis
   MemoryWorkloadAnalysis InstructionStats ${EXTRA_SECTIONS:-})
 for row in $rows; do
