@@ -119,10 +119,10 @@ struct SplitP {
   }
 };
 
-// acc += P V over one key tile, one column block of acc at a time: load_b(n, k) gives B's (V) fp32
-// fragment of column block n and k-block k.
-template <class TiledMma, class FragP, class LoadB, class Acc>
-__device__ __forceinline__ void gemm_tf32x3_columns(const TiledMma& mma, const SplitP<FragP>& split, LoadB&& load_b,
+// acc += P V over one key tile, one column block of acc at a time: sB is V's shared-memory view
+// partitioned for the MMA (partition_B: (MMA, MMA_N, MMA_K)), read one 32-bit load per value.
+template <class TiledMma, class FragP, class SmemB, class Acc>
+__device__ __forceinline__ void gemm_tf32x3_columns(const TiledMma& mma, const SplitP<FragP>& split, const SmemB& sB,
                                                     Acc& acc) {
   const auto& p_big = split.big;
   const auto& p_small = split.small;
@@ -132,7 +132,8 @@ __device__ __forceinline__ void gemm_tf32x3_columns(const TiledMma& mma, const S
     clear(sum);
     CUTE_UNROLL
     for (int k = 0; k < size<2>(p_big); ++k) {
-      const auto b = load_b(n, k);
+      Tensor b = make_fragment_like(sB(_, n, k));
+      copy(sB(_, n, k), b);
       auto b_big = make_fragment_like<tfloat32_t>(b), b_small = make_fragment_like<tfloat32_t>(b);
       split_tf32(b, b_big, b_small);
       CUTE_UNROLL

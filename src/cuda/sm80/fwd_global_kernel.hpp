@@ -218,12 +218,7 @@ __device__ void forward_tile_global(const FwdParams& p, const WorkItem& work, ch
       __syncthreads();
       issue(job + kStages - 1);
       if constexpr (Traits::kTf32x3) {
-        Tensor sBt = thr_mma.partition_B(stage_bt(job % kStages));  // one 32-bit load per value
-        gemm_tf32x3_columns(mma, p_split, [&](int d, int kk) {
-          Tensor v = make_fragment_like(sBt(_, d, kk));
-          copy(sBt(_, d, kk), v);
-          return v;
-        }, acc_o);
+        gemm_tf32x3_columns(mma, p_split, thr_mma.partition_B(stage_bt(job % kStages)), acc_o);
       } else {
         Tensor sBt = bt_s2r.partition_S(stage_bt(job % kStages));
         CUTE_UNROLL

@@ -267,12 +267,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     Tensor p_frag = convert_fragment<Element>(acc_s);  // fp32: kept as is
     Tensor tOrP = cute::make_tensor(p_frag.data(), p_as_a_operand<Traits>(p_frag.layout()));
     if constexpr (Traits::kTf32x3) {
-      Tensor tOsVt_mma = thr_mma.partition_B(sVt);  // (MMA, MMA_D, MMA_N), one 32-bit load per value
-      gemm_tf32x3_columns(mma, SplitP(tOrP), [&](int d, int kk) {
-        Tensor v = make_fragment_like(tOsVt_mma(_, d, kk));
-        copy(tOsVt_mma(_, d, kk), v);
-        return v;
-      }, acc_o);
+      gemm_tf32x3_columns(mma, SplitP(tOrP), thr_mma.partition_B(sVt), acc_o);
     } else {
       CUTE_UNROLL
       for (int kk = 0; kk < size<2>(tOrP); ++kk) {
