@@ -230,7 +230,10 @@ SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (64, 64, 8, 4)}
 # spills). Chosen before the mma.sync rows on sm_90 (the table's math rank), and from shorter
 # query loops than they are: against the two-kernel rows at about 256 queries per key (the
 # shortest measured) D = 128 S = 256 0.600 -> 0.532 ms, S = 512 causal 0.646 -> 0.576; D = 64
-# (64 x 128) 0.756 -> 0.692, 0.818 -> 0.776.
+# (64 x 128) 0.756 -> 0.692, 0.818 -> 0.776. The 128-key rows then moved to S^T and dP^T (keys as
+# wgmma rows), so that P^T and dS^T feed dV and dK from registers and only dS^T is stored: D = 128
+# S = 2048 385 vs 368, causal 316 vs 303, S = 8192 447 vs 422, causal 419 vs 395; D = 64 S = 2048
+# 316 vs 294, causal 248 vs 237, S = 8192 369 vs 340, causal 338 vs 316; S = 512 +4% (CLI, same run).
 SM90_BACKWARD_FUSED_WGMMA_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
 SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 256: 0}
 # The same with a bias tile (as SM80_BACKWARD_FUSED_BIAS_TILES: the step's bias by cp.async, dS back
@@ -512,7 +515,10 @@ def template_args(r):
         element = ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
     if r.pass_ == "bwd" and r.fused:
-        math = ", GemmKind::wgmma" if r.math == "wgmma" else ""
+        # The plain 128-key wgmma rows compute S^T and dP^T (one_pass_gemms.hpp's key rows); the
+        # bias-tile rows keep query rows, whose dS tile dbias leaves through.
+        key_rows = r.math == "wgmma" and r.block_n == 128 and not r.bias_tile
+        math = ", GemmKind::wgmma_key_rows" if key_rows else ", GemmKind::wgmma" if r.math == "wgmma" else ""
         split = f", {r.head_split}" if r.head_split > 1 or math else ""
         return (f"OnePassBwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim // r.head_split}, {r.block_m}, "
                 f"{r.block_n}, {r.warps}{split}{math}>, {features}")

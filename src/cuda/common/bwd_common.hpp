@@ -241,14 +241,15 @@ enum class ScoresIn { raw, probabilities };
 // the one-pass kernel calls it between the dP GEMM's k-slices, so that the exponentials (MUFU)
 // issue while the tensor cores run instead of after them (then gradient_tile with
 // ScoresIn::probabilities). Rows without bias only: a bias is added before the exponential.
-template <int kParts, class S, class Coords>
+template <int kParts, ScoreRows kScoreRows = ScoreRows::queries, class S, class Coords>
 __device__ __forceinline__ void exp_scores_part(S& s, const Coords& coord, const float* lse2, float scale_log2,
                                                 int part) {
   constexpr int kPer = int(decltype(size(s))::value) / kParts;
+  constexpr int kQueryMode = kScoreRows == ScoreRows::keys ? 1 : 0;
   static_assert(kPer * kParts == int(decltype(size(s))::value));
   CUTE_UNROLL
   for (int e = part * kPer; e < (part + 1) * kPer; ++e)
-    s(e) = fast_exp2(fmaf(s(e), scale_log2, -lse2[get<0>(coord(e))]));
+    s(e) = fast_exp2(fmaf(s(e), scale_log2, -lse2[get<kQueryMode>(coord(e))]));
 }
 
 // Whether gradient_tile writes dS to dbias: only in the kernel that visits every (query, key)
@@ -282,7 +283,7 @@ __device__ __forceinline__ void gradient_tile(const BwdParams& p, const detail::
   // not give P = 0. With bias the scores become scale * s + bias (one FFMA), hidden ones -inf,
   // and log2(e) goes into the exp2 FFMA.
   constexpr bool kScaleInExp = (kFeatures & kBias) == 0;
-  static_assert(kIn == ScoresIn::raw || (kScaleInExp && !kKeyRows), "P computed ahead: rows without bias");
+  static_assert(kIn == ScoresIn::raw || kScaleInExp, "P computed ahead: rows without bias");
   if constexpr (!kScaleInExp)
     transform_scores<Element, bias_code(kFeatures), kScoreRows>(p, rule, t, masked, s, coord, shared_bias,
                                                                 natural_units(p));

@@ -226,7 +226,13 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
   typename Traits::MmaDkv mma_dkv;
   typename Traits::MmaDq mma_dq;
   using Gemms = typename Traits::Gemms;
-  const auto tile_s = make_shape(Int<kQueries>{}, Int<kKeys>{});
+  // The score tile: queries x keys, or keys x queries where the GEMMs compute S^T and dP^T.
+  constexpr bool kKeyRows = Gemms::kKeyRows;
+  constexpr ScoreRows kScoreRows = kKeyRows ? ScoreRows::keys : ScoreRows::queries;
+  const auto tile_s = [] {
+    if constexpr (kKeyRows) return make_shape(Int<kKeys>{}, Int<kQueries>{});
+    else return make_shape(Int<kQueries>{}, Int<kKeys>{});
+  }();
   auto p_store = make_tiled_copy_C(typename Traits::RegToSmemAtom{}, mma_sdp);
   Tensor acc_dk = partition_fragment_C(mma_dkv, tile_kv);
   Tensor acc_dv = partition_fragment_C(mma_dkv, tile_kv);
@@ -293,32 +299,43 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
       };
       Gemms::template scores<kSlicesK>(mma_sdp, sQ, sK, acc_s, sdO, sV, acc_dp, t, add_dq, [&](int kk) {
         if constexpr (!kFlushDuringS) add_dq(kSlicesK + kk);
-        if constexpr (kExpDuringDp) exp_scores_part<kSlicesK>(acc_s, coord_s, lse2, p.scale_log2, kk);
+        if constexpr (kExpDuringDp) exp_scores_part<kSlicesK, kScoreRows>(acc_s, coord_s, lse2, p.scale_log2, kk);
       });
     }
     if constexpr (kSplit > 1) exchange.sum(exchanges++, acc_s, acc_dp);
     const TileOrigin origin{work.b, h, m0, n0, seq.q_len, seq.k_len};
     const bool masked = n0 + kKeys > seq.k_len || !rule.tile_visible(m0, m0 + rows, n0, n0 + kKeys);
-    gradient_tile<Element, kFeatures, ScoreRows::queries, Dbias::write,
+    gradient_tile<Element, kFeatures, kScoreRows, Dbias::write,
                   kExpDuringDp ? ScoresIn::probabilities : ScoresIn::raw>(
         p, rule, origin, masked, acc_s, acc_dp, coord_s, lse2, delta,
         SharedBias{tile_bias ? smem_bias : nullptr, Storage::BiasTile::kPitch}, stage_dbias);
-    {
+    if constexpr (kKeyRows) {
+      // P^T and dS^T feed dV and dK from the registers; dS^T is stored for the dQ GEMM, which the
+      // CTA barrier after dK (every warpgroup's dS^T in) precedes.
       Tensor p_frag = convert_fragment<Element>(acc_s);
       Tensor ds_frag = convert_fragment<Element>(acc_dp);
-      auto p_store_thr = p_store.get_thread_slice(t);
-      copy(p_store, p_store_thr.retile_S(p_frag), p_store_thr.partition_D(sP));
-      copy(p_store, p_store_thr.retile_S(ds_frag), p_store_thr.partition_D(sdS));
-    }
-    Gemms::publish_smem_writes();
-    if (stage_dbias || !Gemms::kOwnKeyGradOperands)
-      __syncthreads();  // P and dS are in (and dS in the bias tile, when dbias leaves from there)
-    else
-      Gemms::sync_warpgroup();  // its own rows of P^T and dS^T are in; the dQ GEMM's barrier comes later
-    if (stage_dbias)  // 16-byte stores; the barrier after the dK GEMM keeps the next bias load off the tile
-      store_dbias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
+      auto ds_store_thr = p_store.get_thread_slice(t);
+      copy(p_store, ds_store_thr.retile_S(ds_frag), ds_store_thr.partition_D(sdSt));
+      Gemms::publish_smem_writes();
+      Gemms::key_grads_from_registers(mma_dkv, p_frag, sdOt, acc_dv, ds_frag, sQt, acc_dk, t);
+    } else {
+      {
+        Tensor p_frag = convert_fragment<Element>(acc_s);
+        Tensor ds_frag = convert_fragment<Element>(acc_dp);
+        auto p_store_thr = p_store.get_thread_slice(t);
+        copy(p_store, p_store_thr.retile_S(p_frag), p_store_thr.partition_D(sP));
+        copy(p_store, p_store_thr.retile_S(ds_frag), p_store_thr.partition_D(sdS));
+      }
+      Gemms::publish_smem_writes();
+      if (stage_dbias || !Gemms::kOwnKeyGradOperands)
+        __syncthreads();  // P and dS are in (and dS in the bias tile, when dbias leaves from there)
+      else
+        Gemms::sync_warpgroup();  // its own rows of P^T and dS^T are in; the dQ GEMM's barrier comes later
+      if (stage_dbias)  // 16-byte stores; the barrier after the dK GEMM keeps the next bias load off the tile
+        store_dbias_tile<kQueries, kKeys, Traits::kThreads>(p, work.b, h, m0, n0, seq.q_len, seq.k_len, smem_bias);
 
-    Gemms::key_grads(mma_dkv, sPt, sdOt, acc_dv, sdSt, sQt, acc_dk, t);
+      Gemms::key_grads(mma_dkv, sPt, sdOt, acc_dv, sdSt, sQt, acc_dk, t);
+    }
     if constexpr (kBulkDq)
       if (threadIdx.x == 0) sm90::wait_bulk_reads();  // the stage is written after the barrier
     __syncthreads();  // Q and dO are free: the next step's loads overlap the dQ GEMM

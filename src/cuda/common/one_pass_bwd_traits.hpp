@@ -142,13 +142,16 @@ struct OnePassBwdTraits {
     }
     __device__ __forceinline__ static void publish_smem_writes() {}  // ldmatrix reads what the barrier published
     static constexpr bool kBulkDq = false;  // dQ leaves by the warps' atomics
+    static constexpr bool kKeyRows = false;  // S and dP with the queries as rows
     static constexpr bool kOwnKeyGradOperands = false;  // every warp's dK/dV reads P^T and dS^T of all keys
     __device__ __forceinline__ static void sync_warpgroup() {}
   };
   static_assert(kGemms == GemmKind::mma_sync || (kSdpSlices == 1 && kHeadSplit == 1),
                 "the wgmma rows compute S and dP in one slice, on one CTA");
-  using Gemms = std::conditional_t<kGemms == GemmKind::wgmma,
-                                   sm90::OnePassGmmaGemms<Element, kBlockM, kBlockN, kHeadDim, kDqCols>, MmaSyncGemms>;
+  using Gemms = std::conditional_t<
+      kGemms == GemmKind::wgmma, sm90::OnePassGmmaGemms<Element, kBlockM, kBlockN, kHeadDim, kDqCols>,
+      std::conditional_t<kGemms == GemmKind::wgmma_key_rows,
+                         sm90::OnePassGmmaKeyRowsGemms<Element, kBlockM, kBlockN, kHeadDim, kDqCols>, MmaSyncGemms>>;
   using MmaSdp = typename Gemms::MmaSdp;
   using MmaDkv = typename Gemms::MmaDkv;
   using MmaDq = typename Gemms::MmaDq;

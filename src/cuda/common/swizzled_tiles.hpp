@@ -14,7 +14,7 @@ using namespace cute;
 
 // The tensor-core instructions of a kernel whose GEMMs read both operands from shared memory:
 // mma.sync through ldmatrix (sm80 and newer), or sm_90a's warpgroup MMA (family-90 rows only).
-enum class GemmKind { mma_sync, wgmma };
+enum class GemmKind { mma_sync, wgmma, wgmma_key_rows };
 
 template <class Element, int kThreads>
 struct SwizzledTiles {

@@ -48,6 +48,7 @@ struct OnePassGmmaGemms {
   // A step's dQ leaves by one bulk reduction of the staged tile (bulk_reduce.hpp), issued by one
   // thread, instead of the warps' atomics beside the S and dP GEMMs.
   static constexpr bool kBulkDq = true;
+  static constexpr bool kKeyRows = false;  // S and dP with the queries as rows
   // With a row block of keys per warpgroup, dV and dK read only the rows of P^T and dS^T that the
   // warpgroup's own threads stored (S's columns are split the same way), so a barrier of its 128
   // threads publishes them; the CTA's barrier before the dQ GEMM (which reads all of dS) follows.
@@ -81,6 +82,83 @@ struct OnePassGmmaGemms {
                                                    int tid) {
     gmma(mma, sPt, sdOt, acc_dv, tid);
     gmma(mma, sdSt, sQt, acc_dk, tid);
+  }
+  template <class SmemA, class SmemB, class Acc>
+  __device__ __forceinline__ static void query_grads(const MmaDq& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
+                                                     int tid) {
+    gmma(mma, sA, sB, acc, tid);
+  }
+  __device__ __forceinline__ static void publish_smem_writes() { sm90::publish_smem_writes(); }
+};
+
+// The same five GEMMs with the keys as the rows of S^T = K Q^T and dP^T = V dO^T (128 keys: each
+// warpgroup's 64): P^T and dS^T are then, in the registers that computed them, the A operands of
+// the warpgroup's own dV += P^T dO and dK += dS^T Q (wgmma with A from registers), so P never goes
+// through shared memory and dK/dV wait for no barrier. dS^T is stored once (keys x queries), and
+// dQ = dS K reads it MN-major. The elementwise work runs on key rows (ScoreRows::keys).
+template <class Element, int kBlockM, int kBlockN, int kHeadDim, int kDqCols>
+struct OnePassGmmaKeyRowsGemms {
+  static constexpr int kWarpgroups = 2;
+  static_assert(kBlockM == 64 || kBlockM == 128, "the queries: the N of S^T and dP^T, the M of dQ");
+  static_assert(kBlockN == 64 * kWarpgroups, "a row block of keys per warpgroup");
+  static_assert(kHeadDim <= 256 && kDqCols % (8 * kWarpgroups) == 0);
+
+  using SmemLayoutQ = KMajorTile<Element, kBlockM, kHeadDim>;       // Q, dO: B operands of S^T, dP^T
+  using SmemLayoutQt = TransposedTile<Element, kHeadDim, kBlockM>;  // B operands of dK, dV
+  using SmemLayoutKV = KMajorTile<Element, kBlockN, kHeadDim>;      // K, V: A operands of S^T, dP^T
+  using SmemLayoutKt = TransposedTile<Element, kHeadDim, kBlockN>;  // B operand of dQ
+  using SmemLayoutPt = KMajorTile<Element, kBlockN, kBlockM>;       // dS^T as stored (keys x queries)
+  using SmemLayoutP = TransposedTile<Element, kBlockM, kBlockN>;    // its bytes as dQ's A operand (dS)
+
+  using MmaSdp = WarpgroupsAlongM<Element, kBlockM, kWarpgroups, GMMA::Major::K, GMMA::Major::K>;
+  using MmaDkv = decltype(make_tiled_mma(
+      SM90::GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, _16>, GMMA::Major::K,
+                                 GMMA::Major::MN>(),
+      Layout<Shape<Int<kWarpgroups>, _1, _1>>{}));
+  using MmaDq = WarpgroupsAlongN<Element, kDqCols, kWarpgroups, GMMA::Major::MN, GMMA::Major::MN>;
+  static constexpr bool kBulkDq = true;
+  static constexpr bool kKeyRows = true;
+  static constexpr bool kOwnKeyGradOperands = true;  // unused: dK and dV read registers
+  __device__ __forceinline__ static void sync_warpgroup() {}
+
+  // S^T = K Q^T, then dP^T = V dO^T (the mainloop passes Q, K, dO, V as for query rows).
+  template <int kSlices, class SmemQ, class SmemK, class Acc, class WorkS, class WorkDp>
+  __device__ __forceinline__ static void scores(const MmaSdp& mma, const SmemQ& sQ, const SmemK& sK, Acc& acc_s,
+                                                const SmemQ& sdO, const SmemK& sV, Acc& acc_dp, int tid,
+                                                const WorkS& after_s, const WorkDp& after_dp) {
+    gmma_issue(mma, sK, sQ, acc_s, tid);
+    CUTE_UNROLL
+    for (int kk = 0; kk < kSlices; ++kk) after_s(kk);
+    gmma_complete(acc_s);
+    gmma_issue(mma, sV, sdO, acc_dp, tid);
+    CUTE_UNROLL
+    for (int kk = 0; kk < kSlices; ++kk) after_dp(kk);
+    gmma_complete(acc_dp);
+  }
+  // dV += P^T dO, then dK += dS^T Q, with P^T and dS^T (16-bit, the S^T accumulator's layout) from
+  // registers.
+  template <class Frag, class SmemQt, class Acc>
+  __device__ __forceinline__ static void key_grads_from_registers(const MmaDkv& mma, Frag& p_frag, const SmemQt& sdOt,
+                                                                  Acc& acc_dv, Frag& ds_frag, const SmemQt& sQt,
+                                                                  Acc& acc_dk, int tid) {
+    auto thr = mma.get_thread_slice(tid);
+    Tensor a_p = cute::make_tensor(p_frag.data(), gmma_acc_as_a_operand(p_frag.layout()));
+    Tensor a_ds = cute::make_tensor(ds_frag.data(), gmma_acc_as_a_operand(ds_frag.layout()));
+    Tensor b_do = thr.partition_fragment_B(sdOt);
+    Tensor b_q = thr.partition_fragment_B(sQt);
+    warpgroup_fence_operand(a_p);
+    warpgroup_fence_operand(a_ds);
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_arrive();
+    cute::gemm(mma, a_p, b_do, acc_dv);
+    cute::gemm(mma, a_ds, b_q, acc_dk);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_dv);
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_fence_operand(a_p);
+    warpgroup_fence_operand(a_ds);
   }
   template <class SmemA, class SmemB, class Acc>
   __device__ __forceinline__ static void query_grads(const MmaDq& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
