@@ -23,6 +23,22 @@ namespace memattn::cuda::sm90 {
 
 using namespace cute;
 
+// acc1 = A1 B1^T, then acc2 = A2 B2^T, each issued whole and completed after the caller's work
+// for it (after1(kk), after2(kk) for each of kSlices k16 slices) has been issued beside it.
+template <int kSlices, class TiledMma, class A1, class B1, class Acc, class A2, class B2, class Work1, class Work2>
+__device__ __forceinline__ void two_gemms_with_work(const TiledMma& mma, const A1& a1, const B1& b1, Acc& acc1,
+                                                    const A2& a2, const B2& b2, Acc& acc2, int tid,
+                                                    const Work1& after1, const Work2& after2) {
+  gmma_issue(mma, a1, b1, acc1, tid);
+  CUTE_UNROLL
+  for (int kk = 0; kk < kSlices; ++kk) after1(kk);
+  gmma_complete(acc1);
+  gmma_issue(mma, a2, b2, acc2, tid);
+  CUTE_UNROLL
+  for (int kk = 0; kk < kSlices; ++kk) after2(kk);
+  gmma_complete(acc2);
+}
+
 template <class Element, int kBlockM, int kBlockN, int kHeadDim, int kDqCols>
 struct OnePassGmmaGemms {
   static constexpr int kWarpgroups = 2;
@@ -66,14 +82,7 @@ struct OnePassGmmaGemms {
   __device__ __forceinline__ static void scores(const MmaSdp& mma, const SmemQ& sQ, const SmemK& sK, Acc& acc_s,
                                                 const SmemQ& sdO, const SmemK& sV, Acc& acc_dp, int tid,
                                                 const WorkS& after_s, const WorkDp& after_dp) {
-    gmma_issue(mma, sQ, sK, acc_s, tid);
-    CUTE_UNROLL
-    for (int kk = 0; kk < kSlices; ++kk) after_s(kk);
-    gmma_complete(acc_s);
-    gmma_issue(mma, sdO, sV, acc_dp, tid);
-    CUTE_UNROLL
-    for (int kk = 0; kk < kSlices; ++kk) after_dp(kk);
-    gmma_complete(acc_dp);
+    two_gemms_with_work<kSlices>(mma, sQ, sK, acc_s, sdO, sV, acc_dp, tid, after_s, after_dp);
   }
   // dV += P^T dO, then dK += dS^T Q (issued together: slower, as for S and dP).
   template <class SmemPt, class SmemQt, class Acc>
@@ -126,14 +135,7 @@ struct OnePassGmmaKeyRowsGemms {
   __device__ __forceinline__ static void scores(const MmaSdp& mma, const SmemQ& sQ, const SmemK& sK, Acc& acc_s,
                                                 const SmemQ& sdO, const SmemK& sV, Acc& acc_dp, int tid,
                                                 const WorkS& after_s, const WorkDp& after_dp) {
-    gmma_issue(mma, sK, sQ, acc_s, tid);
-    CUTE_UNROLL
-    for (int kk = 0; kk < kSlices; ++kk) after_s(kk);
-    gmma_complete(acc_s);
-    gmma_issue(mma, sV, sdO, acc_dp, tid);
-    CUTE_UNROLL
-    for (int kk = 0; kk < kSlices; ++kk) after_dp(kk);
-    gmma_complete(acc_dp);
+    two_gemms_with_work<kSlices>(mma, sK, sQ, acc_s, sV, sdO, acc_dp, tid, after_s, after_dp);
   }
   // dV += P^T dO, then dK += dS^T Q, with P^T and dS^T (16-bit, the S^T accumulator's layout) from
   // registers.
