@@ -127,8 +127,6 @@ struct OnePassGmmaKeyRowsGemms {
   using MmaDq = WarpgroupsAlongN<Element, kDqCols, kWarpgroups, GMMA::Major::MN, GMMA::Major::MN>;
   static constexpr bool kBulkDq = true;
   static constexpr bool kKeyRows = true;
-  static constexpr bool kOwnKeyGradOperands = true;  // unused: dK and dV read registers
-  __device__ __forceinline__ static void sync_warpgroup() {}
 
   // S^T = K Q^T, then dP^T = V dO^T (the mainloop passes Q, K, dO, V as for query rows).
   template <int kSlices, class SmemQ, class SmemK, class Acc, class WorkS, class WorkDp>
