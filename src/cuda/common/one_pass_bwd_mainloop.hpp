@@ -229,6 +229,7 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
   // The score tile: queries x keys, or keys x queries where the GEMMs compute S^T and dP^T.
   constexpr bool kKeyRows = Gemms::kKeyRows;
   constexpr ScoreRows kScoreRows = kKeyRows ? ScoreRows::keys : ScoreRows::queries;
+  static_assert(!kKeyRows || !tiles_bias(kFeatures), "key rows do not stage dbias in the bias tile");
   const auto tile_s = [] {
     if constexpr (kKeyRows) return make_shape(Int<kKeys>{}, Int<kQueries>{});
     else return make_shape(Int<kQueries>{}, Int<kKeys>{});

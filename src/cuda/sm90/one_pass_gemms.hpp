@@ -39,8 +39,22 @@ __device__ __forceinline__ void two_gemms_with_work(const TiledMma& mma, const A
   gmma_complete(acc2);
 }
 
+// What both wgmma GEMM sets below share: dQ = dS K with both operands in shared memory, its
+// bulk reduction, and the fence that shows the threads' shared-memory stores to the tensor cores.
+struct OnePassGmmaCommon {
+  // A step's dQ leaves by one bulk reduction of the staged tile (bulk_reduce.hpp), issued by one
+  // thread, instead of the warps' atomics beside the S and dP GEMMs.
+  static constexpr bool kBulkDq = true;
+  template <class MmaDq, class SmemA, class SmemB, class Acc>
+  __device__ __forceinline__ static void query_grads(const MmaDq& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
+                                                     int tid) {
+    gmma(mma, sA, sB, acc, tid);
+  }
+  __device__ __forceinline__ static void publish_smem_writes() { sm90::publish_smem_writes(); }
+};
+
 template <class Element, int kBlockM, int kBlockN, int kHeadDim, int kDqCols>
-struct OnePassGmmaGemms {
+struct OnePassGmmaGemms : OnePassGmmaCommon {
   static constexpr int kWarpgroups = 2;
   static_assert(kBlockM == 64 || kBlockM == 128, "one or two wgmma row blocks of queries (S, dQ)");
   static_assert(kBlockN == 64 || kBlockN == 64 * kWarpgroups, "keys: one row block, or one per warpgroup");
@@ -61,9 +75,6 @@ struct OnePassGmmaGemms {
       kBlockN == 64, WarpgroupsAlongN<Element, kHeadDim, kWarpgroups, GMMA::Major::MN, GMMA::Major::MN>,
       WarpgroupsAlongM<Element, kHeadDim, kWarpgroups, GMMA::Major::MN, GMMA::Major::MN>>;
   using MmaDq = WarpgroupsAlongN<Element, kDqCols, kWarpgroups, GMMA::Major::K, GMMA::Major::MN>;
-  // A step's dQ leaves by one bulk reduction of the staged tile (bulk_reduce.hpp), issued by one
-  // thread, instead of the warps' atomics beside the S and dP GEMMs.
-  static constexpr bool kBulkDq = true;
   static constexpr bool kKeyRows = false;  // S and dP with the queries as rows
   // With a row block of keys per warpgroup, dV and dK read only the rows of P^T and dS^T that the
   // warpgroup's own threads stored (S's columns are split the same way), so a barrier of its 128
@@ -92,12 +103,6 @@ struct OnePassGmmaGemms {
     gmma(mma, sPt, sdOt, acc_dv, tid);
     gmma(mma, sdSt, sQt, acc_dk, tid);
   }
-  template <class SmemA, class SmemB, class Acc>
-  __device__ __forceinline__ static void query_grads(const MmaDq& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
-                                                     int tid) {
-    gmma(mma, sA, sB, acc, tid);
-  }
-  __device__ __forceinline__ static void publish_smem_writes() { sm90::publish_smem_writes(); }
 };
 
 // The same five GEMMs with the keys as the rows of S^T = K Q^T and dP^T = V dO^T (128 keys: each
@@ -106,7 +111,7 @@ struct OnePassGmmaGemms {
 // through shared memory and dK/dV wait for no barrier. dS^T is stored once (keys x queries), and
 // dQ = dS K reads it MN-major. The elementwise work runs on key rows (ScoreRows::keys).
 template <class Element, int kBlockM, int kBlockN, int kHeadDim, int kDqCols>
-struct OnePassGmmaKeyRowsGemms {
+struct OnePassGmmaKeyRowsGemms : OnePassGmmaCommon {
   static constexpr int kWarpgroups = 2;
   static_assert(kBlockM == 64 || kBlockM == 128, "the queries: the N of S^T and dP^T, the M of dQ");
   static_assert(kBlockN == 64 * kWarpgroups, "a row block of keys per warpgroup");
@@ -125,7 +130,6 @@ struct OnePassGmmaKeyRowsGemms {
                                  GMMA::Major::MN>(),
       Layout<Shape<Int<kWarpgroups>, _1, _1>>{}));
   using MmaDq = WarpgroupsAlongN<Element, kDqCols, kWarpgroups, GMMA::Major::MN, GMMA::Major::MN>;
-  static constexpr bool kBulkDq = true;
   static constexpr bool kKeyRows = true;
 
   // S^T = K Q^T, then dP^T = V dO^T (the mainloop passes Q, K, dO, V as for query rows).
@@ -160,12 +164,6 @@ struct OnePassGmmaKeyRowsGemms {
     warpgroup_fence_operand(a_p);
     warpgroup_fence_operand(a_ds);
   }
-  template <class SmemA, class SmemB, class Acc>
-  __device__ __forceinline__ static void query_grads(const MmaDq& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
-                                                     int tid) {
-    gmma(mma, sA, sB, acc, tid);
-  }
-  __device__ __forceinline__ static void publish_smem_writes() { sm90::publish_smem_writes(); }
 };
 
 }  // namespace memattn::cuda::sm90
