@@ -116,9 +116,10 @@ SM80_WIDE_TILES = {512: (64, 64, 8)}
 SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64, 8, 2)}
 # The Hopper forward (sm90/fwd/): (bucket, queries, keys, K/V stages, consumer schedule, min queries
 # per key). Q, K and V arrive by TMA into shared-memory rings that a producer warpgroup fills; two
-# consumer warpgroups of 64 query rows each run both GEMMs on wgmma (12 warps). Plain problems of
-# fixed lengths with tensors a tensor map describes (select.cpp); one query row per key or fewer
-# (decoding) keeps the sm80 rows, which split the keys. H100, bf16, memattn run, TFLOP/s:
+# or three consumer warpgroups of 64 query rows each run both GEMMs on wgmma (12 or 16 warps,
+# sm90_forward_warps). Plain problems of fixed lengths with tensors a tensor map describes
+# (select.cpp); one query row per key or fewer (decoding) keeps the sm80 rows, which split the
+# keys. H100, bf16, memattn run, TFLOP/s:
 # - Ping-pong (the warpgroups take turns at the tensor cores) pays where the softmax is as long as
 #   the GEMMs: independent -> ping-pong, D = 64 S = 8192 405 -> 434, S = 2048 355 -> 379, causal
 #   361 -> 380; but D = 128 S = 8192 696 -> 662, causal 592 -> 549, D = 256 752 -> 693 (each
@@ -127,10 +128,21 @@ SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64
 #   causal 380 -> 409, S = 2048 379 -> 389; but S = 512 275 -> 257, causal 176 -> 148 (512 keys are
 #   2.7 tiles of 192): 192 keys from 1024 queries per key on, 128 below. (ptxas reports 24 bytes of
 #   spills for the 192-key row, included in these figures.)
-SM90_FORWARD_TILES = [(64, 128, 192, 3, "ping_pong", 1024), (64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
+# - D = 64 with three consumer warpgroups (192 queries, 16 warps, 160 registers per consumer
+#   thread, 48 bytes of spills), the turns going round the three: the K and V tiles serve half as
+#   many queries again per load, and two warpgroups' GEMMs run under a third's softmax. Against
+#   128 x 192: S = 2048 405 -> 427, S = 8192 470 -> 504, S = 16384 471 -> 511, causal 8192
+#   408 -> 430, causal 16384 454 -> 461; 192 x 64 (no spills) ran 2-10% behind 192 x 96; at
+#   S = 512 264 against 277 on 128 x 128: from 2048 queries per key on.
+SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 2048), (64, 128, 192, 3, "ping_pong", 1024),
+                      (64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
                       (128, 128, 128, 2, "independent", SM80_MANY_QUERIES),
                       (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
-SM90_FORWARD_WARPS = 12
+
+
+def sm90_forward_warps(block_m):
+    """The producer warpgroup and a consumer warpgroup per 64 query rows."""
+    return 4 * (1 + block_m // 64)
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200); 128 queries gained nothing.
@@ -365,7 +377,7 @@ def all_rows():
             rows.append(Row(80, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             wide=True))
         for head_dim, bm, bn, _, _, min_queries in SM90_FORWARD_TILES:
-            rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, SM90_FORWARD_WARPS, "registers", "vector16", False,
+            rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, sm90_forward_warps(bm), "registers", "vector16", False,
                             False, math="wgmma", tma=True, min_queries_per_key=min_queries))
         for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_WGMMA_TILES.items():
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
@@ -531,9 +543,10 @@ def template_args(r):
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
         return f"{dq}, {dkdv}, {features}"
     if r.tma:
-        stages, schedule = next((t[3], t[4]) for t in SM90_FORWARD_TILES if t[0] == r.head_dim and t[2] == r.block_n)
+        stages, schedule = next((t[3], t[4]) for t in SM90_FORWARD_TILES
+                                if (t[0], t[1], t[2]) == (r.head_dim, r.block_m, r.block_n))
         return (f"sm90::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {stages}, "
-                f"sm90::ConsumerSchedule::{schedule}>, {features}")
+                f"sm90::ConsumerSchedule::{schedule}, {r.block_m // 64}>, {features}")
     if r.wide:
         math = ", GemmKind::wgmma" if r.math == "wgmma" else ""
         split = f", {r.head_split}" if r.head_split > 1 or math else ""

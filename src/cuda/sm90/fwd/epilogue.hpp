@@ -24,7 +24,7 @@ namespace memattn::cuda::sm90 {
 using namespace cute;
 
 // Named barriers kWarpgroupBarrier + w: consumer warpgroup w's own (cutlass::arch::NamedBarrier
-// numbers them after the ones it reserves; the ping-pong turns take the next two).
+// numbers them after the ones it reserves; the ping-pong turns take one more per warpgroup).
 inline constexpr int kWarpgroupBarrier = 1;
 
 template <class Traits, class AccO, class Softmax>

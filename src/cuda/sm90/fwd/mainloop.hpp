@@ -50,27 +50,28 @@ __device__ __forceinline__ void warpgroup_gemm_done(Acc& acc) {
   warpgroup_fence_operand(acc);
 }
 
-// Ping-pong between the two consumer warpgroups (ConsumerSchedule::ping_pong): each issues its
-// GEMMs only in its turn and hands the turn over once they are issued, so that one warpgroup's
-// softmax runs while the other's GEMMs hold the tensor cores (instead of both contending for them,
-// then both exponentiating). Turn barrier w (a named barrier of both warpgroups' threads) opens
-// when the other warpgroup has passed the turn to w; warpgroup 1 passes first, so warpgroup 0
-// starts. Both walk the same work items and key tiles, so the turns alternate without end. With
-// ConsumerSchedule::independent the turns are no-ops.
-template <ConsumerSchedule kSchedule>
+// Ping-pong between the consumer warpgroups (ConsumerSchedule::ping_pong): each issues its GEMMs
+// only in its turn and hands the turn to the next warpgroup (round robin) once they are issued, so
+// that a warpgroup's softmax runs while another's GEMMs hold the tensor cores (instead of all
+// contending for them, then all exponentiating). Turn barrier w (a named barrier of warpgroup w's
+// threads and its predecessor's) opens when the predecessor has passed the turn to w; the last
+// warpgroup passes first, so warpgroup 0 starts. All walk the same work items and key tiles, so
+// the turns go round without end. With ConsumerSchedule::independent the turns are no-ops.
+template <ConsumerSchedule kSchedule, int kWarpgroups>
 struct GemmTurns {
   static constexpr bool kPingPong = kSchedule == ConsumerSchedule::ping_pong;
-  static constexpr int kBarrier = kWarpgroupBarrier + 2;  // after the epilogue's two
-  static constexpr int kThreads = 2 * 128;
+  static constexpr int kBarrier = kWarpgroupBarrier + kWarpgroups;  // after the epilogue's, one per warpgroup
+  static constexpr int kThreads = 2 * 128;                           // the waiting warpgroup and its predecessor
   int warpgroup;
   __device__ __forceinline__ void start() const {
-    if (kPingPong && warpgroup == 1) pass();
+    if (kPingPong && warpgroup == kWarpgroups - 1) pass();
   }
   __device__ __forceinline__ void wait() const {
     if constexpr (kPingPong) cutlass::arch::NamedBarrier::sync(kThreads, kBarrier + warpgroup);
   }
   __device__ __forceinline__ void pass() const {
-    if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(kThreads, kBarrier + (warpgroup ^ 1));
+    if constexpr (kPingPong)
+      cutlass::arch::NamedBarrier::arrive(kThreads, kBarrier + (warpgroup + 1) % kWarpgroups);
   }
 };
 
@@ -90,8 +91,7 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
   const Tensor tScS = thr_s.partition_C(make_identity_tensor(tile_s));            // (query, key) of each score
   RingPosition<1> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
-  static_assert(Traits::kConsumerWarpgroups == 2);
-  const GemmTurns<Traits::kSchedule> turns{ctid / Traits::kWarpgroupThreads};
+  const GemmTurns<Traits::kSchedule, Traits::kConsumerWarpgroups> turns{ctid / Traits::kWarpgroupThreads};
   turns.start();
 
   for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {

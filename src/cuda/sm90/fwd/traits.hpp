@@ -2,7 +2,8 @@
 // the two warpgroup MMAs.
 //
 // A CTA has a producer warpgroup (one thread of it issues every TMA load) and kConsumerWarpgroups
-// consumer warpgroups of 64 query rows each, so the query tile is 64 * kConsumerWarpgroups rows.
+// (two, or three at D = 64) consumer warpgroups of 64 query rows each, so the query tile is
+// 64 * kConsumerWarpgroups rows.
 // Registers move from the producer to the consumers (setmaxnreg): the producer keeps
 // kProducerRegisters per thread, each consumer kConsumerRegisters, which holds the fp32 output
 // (kHeadDim / 2 per thread), one fp32 score tile (kBlockN / 2) and its 16-bit copy as the A
@@ -30,7 +31,8 @@ using namespace cute;
 // (independent), or they take turns (ping_pong, mainloop.hpp's GemmTurns).
 enum class ConsumerSchedule { independent, ping_pong };
 
-template <class Element_, int kHeadDim_, int kBlockN_, int kStages_, ConsumerSchedule kSchedule_>
+template <class Element_, int kHeadDim_, int kBlockN_, int kStages_, ConsumerSchedule kSchedule_,
+          int kConsumerWarpgroups_>
 struct FwdTraits {
   using Element = Element_;
   static_assert(std::is_same_v<Element, cute::bfloat16_t> || std::is_same_v<Element, cute::half_t>);
@@ -41,14 +43,16 @@ struct FwdTraits {
   static_assert(kHeadDim % kTmaBoxCols == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
 
   static constexpr int kWarpgroupThreads = 128;
-  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
+  static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3);
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;  // queries per CTA (the kernel table's block_m)
-  static_assert(kBlockM == 128, "kernel_table.py's SM90_FORWARD_TILES gives 128 query rows");
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
   static constexpr int kThreads = kWarpgroupThreads + kConsumerThreads;  // the producer warpgroup first
-  // 24 x 128 + 240 x 256 = 64512 of the SM's 65536 registers.
+  // Of the SM's 65536 registers 64512 are shared out (setmaxnreg counts in multiples of 8 per
+  // thread): the producer's 24 per thread, the rest evenly over the consumers (two: 240, three: 160).
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kConsumerRegisters =
+      (64512 / kWarpgroupThreads - kProducerRegisters) / kConsumerWarpgroups / 8 * 8;
 
   using SmemLayoutQ = KMajorTile<Element, kBlockM, kHeadDim>;
   using SmemLayoutK = KMajorTile<Element, kBlockN, kHeadDim>;
