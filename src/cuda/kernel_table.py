@@ -134,9 +134,14 @@ SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64
 #   128 x 192: S = 2048 405 -> 427, S = 8192 470 -> 504, S = 16384 471 -> 511, causal 8192
 #   408 -> 430, causal 16384 454 -> 461; 192 x 64 (no spills) ran 2-10% behind 192 x 96; at
 #   S = 512 264 against 277 on 128 x 128: from 2048 queries per key on.
+# - D = 192 on 128 x 96 with two K/V stages (193 KB; 128 keys would need 240): against the D = 256
+#   row (a quarter of its columns zeros) and the sm80 D = 192 row, S = 2048 689 / 537 / 314,
+#   S = 8192 780 / 576 / 331, causal 622 / 481 / 326. (112 keys failed gmma_acc_as_a_operand's
+#   static check of S's fragment; not looked into further.)
 SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 2048), (64, 128, 192, 3, "ping_pong", 1024),
                       (64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
                       (128, 128, 128, 2, "independent", SM80_MANY_QUERIES),
+                      (192, 128, 96, 2, "independent", SM80_MANY_QUERIES),
                       (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
 
 
@@ -319,8 +324,17 @@ class Row:
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
                 f"w{self.warps}{acc}{math}{tma}{wide}{fused}{bias_tile}{paired}_{loads}_{self.features}")
 
+    @property
+    def sort_head_dim(self):
+        """Where the row sorts among the buckets: its own head dim, but a Hopper forward row's (TMA,
+        wgmma) at three quarters of it, ahead of the sm80 buckets it covers with at most a quarter of
+        its columns zeros. Its wgmma outruns mma.sync by more than that (H100, bf16, TFLOP/s): D = 96
+        on the D = 128 Hopper row 478 / 536 / 449 at S = 2048 / 8192 / 8192 causal, on the sm80
+        D = 96 row 246 / 267 / 261."""
+        return self.head_dim * 3 // 4 if self.tma else self.head_dim
+
     def sort_key(self):
-        # Register rows first, the smallest bucket that fits, the newer family; aligned loads before element
+        # Register rows first, the smallest bucket that fits (sort_head_dim), the newer family; aligned loads before element
         # loads; tensor cores before CUDA cores; the least feature code that covers the problem
         # (none, one feature, both); the one-pass backward first (the dispatcher passes over it
         # when `deterministic`); a bias tile before per-element bias reads (the dispatcher passes
@@ -330,7 +344,7 @@ class Row:
         # they), after the others of their bucket. FMA rows after every tensor-core row (fp32: the
         # 3xTF32 global-accumulator rows run any head dim faster than the FMA register rows).
         feature_rank = {"plain": 0, "paged": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
-        return (self.math == "ffma", self.accumulator != "registers", self.head_dim, -self.family,
+        return (self.math == "ffma", self.accumulator != "registers", self.sort_head_dim, -self.family,
                 self.loads != "vector16",
                 MATH_RANK[self.math], feature_rank, self.paged, not self.fused, not self.bias_tile, self.fallback,
                 -self.min_queries_per_key)
@@ -502,12 +516,16 @@ def drop_shadowed(rows):
 
 
 def buckets_for(rows, head_dim):
-    """The register buckets the dispatcher can pick for head dim D: each pass's smallest >= D."""
+    """The register buckets the dispatcher can pick for head dim D: each pass's smallest >= D, and
+    the bucket of the first row in priority order that serves D (a Hopper forward row sorts ahead
+    of smaller sm80 buckets: Row.sort_head_dim)."""
     buckets = set()
     for pass_ in ("fwd", "bwd"):
-        fitting = [r.head_dim for r in rows if r.pass_ == pass_ and r.accumulator == "registers" and r.head_dim >= head_dim]
+        fitting = sorted((r for r in rows if r.pass_ == pass_ and r.accumulator == "registers" and r.head_dim >= head_dim),
+                         key=Row.sort_key)
         if fitting:
-            buckets.add(min(fitting))
+            buckets.add(min(r.head_dim for r in fitting))
+            buckets.add(fitting[0].head_dim)
     return sorted(buckets)
 
 

@@ -94,9 +94,11 @@ class KernelTable(unittest.TestCase):
                     self.assertTrue(r.atomics and r.pass_ == "bwd" and not r.dropout)
                 if r.min_queries_per_key:  # the one-pass backward, or a plain or paged forward with a smaller tile
                     self.assertTrue(r.fused or (r.pass_ == "fwd" and r.features in ("plain", "paged")))
-                    if r.pass_ == "fwd":  # a tile for fewer queries sorts behind it, in its bucket, down to one for any
+                    # A tile for fewer queries sorts behind it, in its bucket, down to one for any: a
+                    # smaller one, or the sm80 family's (which splits the keys where few queries see them).
+                    if r.pass_ == "fwd":
                         few = [f for f in self.rows if (f.pass_, f.dtype, f.head_dim, f.features)
-                               == ("fwd", r.dtype, r.head_dim, r.features) and f.block_m < r.block_m
+                               == ("fwd", r.dtype, r.head_dim, r.features) and (f.block_m < r.block_m or f.family < r.family)
                                and f.min_queries_per_key < r.min_queries_per_key and f.sort_key() > r.sort_key()]
                         self.assertTrue(few, f"{r.name}: no few-queries tile behind it")
                 if r.bias_tile:
@@ -114,14 +116,25 @@ class KernelTable(unittest.TestCase):
 
     def test_priorities_put_smaller_buckets_first(self):
         # Within a pass and dtype, across families, a register row of a smaller bucket sorts first,
-        # so that a problem takes the tightest bucket that fits (a family-90 row of a larger bucket
-        # must not take what a family-80 row of a smaller one serves).
+        # so that a problem takes the tightest bucket that fits, except that a Hopper forward row
+        # goes ahead of the sm80 buckets it covers with at most a quarter of its columns padding
+        # (no other family-90 row of a larger bucket takes what a family-80 row of a smaller one serves).
         for pass_ in ("fwd", "bwd"):
             for dtype in ("bf16", "fp16"):
                 rows = sorted((r for r in self.rows if r.pass_ == pass_ and r.dtype == dtype),
                               key=lambda r: r.sort_key())
-                buckets = [r.head_dim for r in rows if r.accumulator == "registers"]
-                self.assertEqual(buckets, sorted(buckets), f"{pass_} {dtype}")
+                registers = [r for r in rows if r.accumulator == "registers"]
+                for i, b in enumerate(registers):
+                    for a in registers[:i]:
+                        if a.head_dim > b.head_dim:
+                            with self.subTest(row=b.name, behind=a.name):
+                                self.assertTrue(a.tma and b.family == 80 and 4 * b.head_dim >= 3 * a.head_dim)
+
+    def test_buckets_for_includes_the_first_row_that_serves(self):
+        rows = kt.all_rows() + kt.backward_rows()
+        self.assertEqual(kt.buckets_for(rows, 96), [96, 128])  # D = 96: the Hopper D = 128 forward row first
+        self.assertEqual(kt.buckets_for(rows, 64), [64])
+        self.assertEqual(kt.buckets_for(rows, 150), [192, 256])  # the sm80 backward's largest bucket is 128
 
 
 if __name__ == "__main__":
