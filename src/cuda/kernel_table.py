@@ -326,12 +326,14 @@ class Row:
 
     @property
     def sort_head_dim(self):
-        """Where the row sorts among the buckets: its own head dim, but a Hopper forward row's (TMA,
-        wgmma) at three quarters of it, ahead of the sm80 buckets it covers with at most a quarter of
-        its columns zeros. Its wgmma outruns mma.sync by more than that (H100, bf16, TFLOP/s): D = 96
-        on the D = 128 Hopper row 478 / 536 / 449 at S = 2048 / 8192 / 8192 causal, on the sm80
-        D = 96 row 246 / 267 / 261."""
-        return self.head_dim * 3 // 4 if self.tma else self.head_dim
+        """Where the row sorts among the buckets: its own head dim, but a plain wgmma row's (the
+        Hopper forward, the one-pass wgmma backward) at three quarters of it, ahead of the sm80
+        buckets it covers with at most a quarter of its columns zeros: wgmma outruns mma.sync by
+        more than that. H100, bf16, TFLOP/s at S = 2048 / 8192 / 8192 causal, D = 96 on the D = 128
+        rows against the sm80 D = 96 rows: forward 478 / 536 / 449 vs 246 / 267 / 261, backward
+        277 / 321 / 300 vs 167 / 180 / 183."""
+        wgmma = self.tma or (self.fused and self.math == "wgmma")
+        return self.head_dim * 3 // 4 if wgmma and self.features == "plain" else self.head_dim
 
     def sort_key(self):
         # Register rows first, the smallest bucket that fits (sort_head_dim), the newer family; aligned loads before element

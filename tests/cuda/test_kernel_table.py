@@ -116,9 +116,9 @@ class KernelTable(unittest.TestCase):
 
     def test_priorities_put_smaller_buckets_first(self):
         # Within a pass and dtype, across families, a register row of a smaller bucket sorts first,
-        # so that a problem takes the tightest bucket that fits, except that a Hopper forward row
-        # goes ahead of the sm80 buckets it covers with at most a quarter of its columns padding
-        # (no other family-90 row of a larger bucket takes what a family-80 row of a smaller one serves).
+        # so that a problem takes the tightest bucket that fits, except that a plain wgmma row goes
+        # ahead of the sm80 buckets it covers with at most a quarter of its columns padding (no
+        # other family-90 row of a larger bucket takes what a family-80 row of a smaller one serves).
         for pass_ in ("fwd", "bwd"):
             for dtype in ("bf16", "fp16"):
                 rows = sorted((r for r in self.rows if r.pass_ == pass_ and r.dtype == dtype),
@@ -128,13 +128,15 @@ class KernelTable(unittest.TestCase):
                     for a in registers[:i]:
                         if a.head_dim > b.head_dim:
                             with self.subTest(row=b.name, behind=a.name):
-                                self.assertTrue(a.tma and b.family == 80 and 4 * b.head_dim >= 3 * a.head_dim)
+                                self.assertTrue(a.math == "wgmma" and a.features == "plain" and b.family == 80
+                                                and 4 * b.head_dim >= 3 * a.head_dim)
 
     def test_buckets_for_includes_the_first_row_that_serves(self):
         rows = kt.all_rows() + kt.backward_rows()
-        self.assertEqual(kt.buckets_for(rows, 96), [96, 128])  # D = 96: the Hopper D = 128 forward row first
+        self.assertEqual(kt.buckets_for(rows, 96), [96, 128])  # D = 96: the Hopper D = 128 rows first
         self.assertEqual(kt.buckets_for(rows, 64), [64])
-        self.assertEqual(kt.buckets_for(rows, 150), [192, 256])  # the sm80 backward's largest bucket is 128
+        self.assertEqual(kt.buckets_for(rows, 150), [192, 256])  # the backward's next bucket is 256
+        self.assertEqual(kt.buckets_for(rows, 100), [128])
 
 
 if __name__ == "__main__":
