@@ -117,8 +117,14 @@ void plan_backward_workspace(const BackwardKernel& k, const BackwardArgs& a, con
     *offset = reserve(std::size_t(g->batch * g->rows * g->heads * g->ld) * sizeof(float));
   };
   switch (gradient_store(k)) {
-    case GradientStore::dq_accum:
-      grad_accum(&b->dq_accum, a.q, p.head_dim, &w->grad_accum[0]);
+    case GradientStore::dq_accum: {
+      // A one-pass row adds a step's dQ tile to the workspace as one block (on sm_90 one bulk
+      // reduction) only where the workspace's rows are the tile's width, else element by element
+      // with atomics: its rows are padded to the bucket (D = 192 on the D = 256 row). The rows of
+      // a head-dim cluster split (the one-pass rows without a tail split) add their column share
+      // element by element either way.
+      const std::int64_t dq_cols = k.tail_split ? std::max<std::int64_t>(p.head_dim, k.max_head_dim) : p.head_dim;
+      grad_accum(&b->dq_accum, a.q, dq_cols, &w->grad_accum[0]);
       if (b->kv_split_parts > 1) {  // per split tile: its count, and a slot of dK and dV per part but the last
         const std::size_t tiles = std::size_t(b->num_kv_blocks - b->kv_split_first);
         const std::size_t slot = 2 * std::size_t(k.block_n) * std::size_t(k.max_head_dim);
@@ -126,6 +132,7 @@ void plan_backward_workspace(const BackwardKernel& k, const BackwardArgs& a, con
         w->split[1] = reserve(tiles * std::size_t(b->kv_split_parts - 1) * slot * sizeof(float));
       }
       break;
+    }
     case GradientStore::cta_slots: {
       // One slot per resident CTA (the schedule's grid CTAs): dK and dV chunks of a key tile, dQ
       // chunks of a query tile.
