@@ -251,8 +251,11 @@ SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (64, 64, 8, 4)}
 # wgmma rows), so that P^T and dS^T feed dV and dK from registers and only dS^T is stored: D = 128
 # S = 2048 385 vs 368, causal 316 vs 303, S = 8192 447 vs 422, causal 419 vs 395; D = 64 S = 2048
 # 316 vs 294, causal 248 vs 237, S = 8192 369 vs 340, causal 338 vs 316; S = 512 +4% (CLI, same run).
-SM90_BACKWARD_FUSED_WGMMA_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 256: (64, 64, 8)}
-SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 256: 0}
+# D = 192 has the D = 256 row's tile with 64-byte-swizzled head-dim tiles (each warpgroup's 96
+# columns of dK, dV and dQ are whole 32-column atoms): against the D = 256 row at D = 192, S = 2048
+# 300 vs 256 TFLOP/s, S = 8192 331 vs 286, causal 325 vs 275 (236 registers, no spills).
+SM90_BACKWARD_FUSED_WGMMA_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 192: (64, 64, 8), 256: (64, 64, 8)}
+SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 192: 0, 256: 0}
 # The same with a bias tile (as SM80_BACKWARD_FUSED_BIAS_TILES: the step's bias by cp.async, dS back
 # through it for dbias). H100, bf16, dense bias, CLI against the sm80 bias rows: D = 128 S = 2048
 # 2.95 -> 2.48 ms, S = 8192 10.83 -> 8.87, causal 6.97 -> 6.00; D = 64 S = 2048 4.08 -> 3.52,

@@ -135,7 +135,7 @@ class KernelTable(unittest.TestCase):
         rows = kt.all_rows() + kt.backward_rows()
         self.assertEqual(kt.buckets_for(rows, 96), [96, 128])  # D = 96: the Hopper D = 128 rows first
         self.assertEqual(kt.buckets_for(rows, 64), [64])
-        self.assertEqual(kt.buckets_for(rows, 150), [192, 256])  # the backward's next bucket is 256
+        self.assertEqual(kt.buckets_for(rows, 150), [192])
         self.assertEqual(kt.buckets_for(rows, 100), [128])
 
 

@@ -244,11 +244,11 @@ enum class ScoresIn { raw, probabilities };
 template <int kParts, ScoreRows kScoreRows = ScoreRows::queries, class S, class Coords>
 __device__ __forceinline__ void exp_scores_part(S& s, const Coords& coord, const float* lse2, float scale_log2,
                                                 int part) {
-  constexpr int kPer = int(decltype(size(s))::value) / kParts;
+  constexpr int kSize = int(decltype(size(s))::value);
+  constexpr int kPer = (kSize + kParts - 1) / kParts;  // the last parts short or empty where kParts does not divide
   constexpr int kQueryMode = kScoreRows == ScoreRows::keys ? 1 : 0;
-  static_assert(kPer * kParts == int(decltype(size(s))::value));
   CUTE_UNROLL
-  for (int e = part * kPer; e < (part + 1) * kPer; ++e)
+  for (int e = part * kPer; e < (part + 1) * kPer && e < kSize; ++e)
     s(e) = fast_exp2(fmaf(s(e), scale_log2, -lse2[get<kQueryMode>(coord(e))]));
 }
 

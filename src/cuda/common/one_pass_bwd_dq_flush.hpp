@@ -72,6 +72,11 @@ __device__ __forceinline__ void flush_staged(const float* stage, int ld, float* 
     for (int pass = 0; pass < kCols / kThreads; ++pass)
       flush_staged<kThreads, kThreads>(stage + pass * kThreads, ld, out + pass * kThreads, row_ld, rows,
                                        cols - pass * kThreads);
+  } else if constexpr (kThreads % kCols != 0) {  // rows the threads do not divide (D = 192): 64-column slices
+    static_assert(kCols % 64 == 0);
+    CUTE_UNROLL
+    for (int slice = 0; slice < kCols / 64; ++slice)
+      flush_staged<64, kThreads>(stage + slice * 64, ld, out + slice * 64, row_ld, rows, cols - slice * 64);
   } else {
     static_assert(kCols % 32 == 0 && kThreads % kCols == 0);
     constexpr int kRowStep = kThreads / kCols;

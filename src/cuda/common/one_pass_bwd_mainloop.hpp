@@ -263,7 +263,12 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
   constexpr bool kFlushDuringS = kExpDuringDp && kScoresPerThread > kMostScoresBesideFlush;
   constexpr int kFlushParts = kFlushDuringS ? kSlicesK : 2 * kSlicesK;
   using DqFlush = DqBlockFlush<kQueries, kHeadDim, Storage::kDqLd, Traits::kThreads, kFlushParts>;
-  DqFlush pending(dq_stage, nullptr, 0, opaque_thread<Traits::kThreads>());
+  // The deferred flush, in the rows that defer it (elsewhere a placeholder: a DqBlockFlush needs
+  // rows the threads divide, which D = 192's are not).
+  auto pending = [&] {
+    if constexpr (kDeferDq) return DqFlush(dq_stage, nullptr, 0, opaque_thread<Traits::kThreads>());
+    else return 0;
+  }();
   struct {
     float* dst = nullptr;
     int bytes = 0;  // 0: nothing staged

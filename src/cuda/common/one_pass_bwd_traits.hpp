@@ -71,10 +71,11 @@ struct OnePassBwdTraits {
   static constexpr int kSdpSliceCols = kHeadDim / kSdpSlices;
   static_assert(kSdpSlices == 1 || kBlockN == 16 * (kWarps / kSdpSlices));
   // dQ = dS K is computed and added to the workspace in column chunks of this width: above 128 a
-  // whole row of dQ next to the dK/dV accumulators would not fit in the registers. With 32 keys
-  // (D = 512) the grid is one row of warps over 256-column chunks: each warp reads 8 KB of dS and
-  // K per step instead of 12 (2 x 4 over 128-column chunks), in two chunks instead of four.
-  static constexpr int kDqCols = kHeadDim < 128 ? kHeadDim : kBlockN <= 32 ? 256 : 128;
+  // whole row of dQ next to the dK/dV accumulators would not fit in the registers, except at
+  // D = 192, which 128 does not divide (one chunk: 236 registers on wgmma with 64 keys). With 32
+  // keys (D = 512) the grid is one row of warps over 256-column chunks: each warp reads 8 KB of dS
+  // and K per step instead of 12 (2 x 4 over 128-column chunks), in two chunks instead of four.
+  static constexpr int kDqCols = kHeadDim < 128 ? kHeadDim : kBlockN <= 32 ? 256 : kHeadDim % 128 == 0 ? 128 : kHeadDim;
   static_assert(kHeadDim % kDqCols == 0);
   // The dQ GEMM's grid (queries x dQ columns of a chunk), as square per warp as it can be: a
   // 128 x 64 chunk (D = 64) as 4 x 2 warps of 32 x 32, which read 16 KB of dS and K per warp and

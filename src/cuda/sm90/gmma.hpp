@@ -19,13 +19,19 @@ namespace memattn::cuda::sm90 {
 
 using namespace cute;
 
-template <class Element, int kRows, int kCols>
-using KMajorTile = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kRows>, Int<kCols>>{}));
+// kSwizzleBytes: 128 (64-column atoms), or 64 (32-column atoms) where a warpgroup's share of a
+// GEMM's N along these columns is not whole 64-column atoms (a wgmma operand is whole atoms: D = 192
+// split over two warpgroups is 96 columns each).
+template <class Element, int kRows, int kCols, int kSwizzleBytes = 128>
+using KMajorTile = decltype(tile_to_shape(
+    std::conditional_t<kSwizzleBytes == 128, GMMA::Layout_K_SW128_Atom<Element>, GMMA::Layout_K_SW64_Atom<Element>>{},
+    Shape<Int<kRows>, Int<kCols>>{}));
 
-// The bytes of KMajorTile<Element, kCols, kRows> seen as kRows x kCols (its transpose).
-template <class Element, int kRows, int kCols>
-using TransposedTile =
-    decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, Shape<Int<kRows>, Int<kCols>>{}, Step<_2, _1>{}));
+// The bytes of KMajorTile<Element, kCols, kRows, kSwizzleBytes> seen as kRows x kCols (its transpose).
+template <class Element, int kRows, int kCols, int kSwizzleBytes = 128>
+using TransposedTile = decltype(tile_to_shape(
+    std::conditional_t<kSwizzleBytes == 128, GMMA::Layout_MN_SW128_Atom<Element>, GMMA::Layout_MN_SW64_Atom<Element>>{},
+    Shape<Int<kRows>, Int<kCols>>{}, Step<_2, _1>{}));
 
 // A tiled MMA of kGroups warpgroups side by side along N, each one 64 x (kN / kGroups) atom with
 // operands of the given majors.

@@ -59,11 +59,14 @@ struct OnePassGmmaGemms : OnePassGmmaCommon {
   static_assert(kBlockM == 64 || kBlockM == 128, "one or two wgmma row blocks of queries (S, dQ)");
   static_assert(kBlockN == 64 || kBlockN == 64 * kWarpgroups, "keys: one row block, or one per warpgroup");
   static_assert(kHeadDim / kWarpgroups <= 256 && kDqCols % (8 * kWarpgroups) == 0);
+  // The head-dim tiles swizzle 64-byte spans where a warpgroup's columns of dK, dV or a dQ chunk
+  // are not whole 64-column atoms (D = 192: 96 each).
+  static constexpr int kSwizzleBytes = (kHeadDim / kWarpgroups) % 64 == 0 && (kDqCols / kWarpgroups) % 64 == 0 ? 128 : 64;
 
-  using SmemLayoutQ = KMajorTile<Element, kBlockM, kHeadDim>;       // Q, dO
-  using SmemLayoutQt = TransposedTile<Element, kHeadDim, kBlockM>;  // B operands of dK, dV
-  using SmemLayoutKV = KMajorTile<Element, kBlockN, kHeadDim>;      // K, V
-  using SmemLayoutKt = TransposedTile<Element, kHeadDim, kBlockN>;  // B operand of dQ
+  using SmemLayoutQ = KMajorTile<Element, kBlockM, kHeadDim, kSwizzleBytes>;       // Q, dO
+  using SmemLayoutQt = TransposedTile<Element, kHeadDim, kBlockM, kSwizzleBytes>;  // B operands of dK, dV
+  using SmemLayoutKV = KMajorTile<Element, kBlockN, kHeadDim, kSwizzleBytes>;      // K, V
+  using SmemLayoutKt = TransposedTile<Element, kHeadDim, kBlockN, kSwizzleBytes>;  // B operand of dQ
   using SmemLayoutP = KMajorTile<Element, kBlockM, kBlockN>;        // P, dS
   using SmemLayoutPt = TransposedTile<Element, kBlockN, kBlockM>;   // A operands of dV, dK
 
