@@ -339,8 +339,8 @@ class Row:
         return self.head_dim * 3 // 4 if wgmma and self.features == "plain" else self.head_dim
 
     def sort_key(self):
-        # Register rows first, the smallest bucket that fits (sort_head_dim), the newer family; aligned loads before element
-        # loads; tensor cores before CUDA cores; the least feature code that covers the problem
+        # Register rows first, the smallest bucket that fits (sort_head_dim), the newer family; aligned
+        # loads before element loads; tensor cores before CUDA cores; the least feature code that covers the problem
         # (none, one feature, both); the one-pass backward first (the dispatcher passes over it
         # when `deterministic`); a bias tile before per-element bias reads (the dispatcher passes
         # over it when the bias cannot be tiled); a fallback tile behind the default it stands in for;
@@ -522,11 +522,12 @@ def drop_shadowed(rows):
 
 def buckets_for(rows, head_dim):
     """The register buckets the dispatcher can pick for head dim D: each pass's smallest >= D, and
-    the bucket of the first row in priority order that serves D (a Hopper forward row sorts ahead
-    of smaller sm80 buckets: Row.sort_head_dim)."""
+    the bucket of the first row in priority order that serves D (a plain wgmma row sorts ahead of
+    smaller sm80 buckets: Row.sort_head_dim)."""
     buckets = set()
     for pass_ in ("fwd", "bwd"):
-        fitting = sorted((r for r in rows if r.pass_ == pass_ and r.accumulator == "registers" and r.head_dim >= head_dim),
+        fitting = sorted((r for r in rows
+                          if r.pass_ == pass_ and r.accumulator == "registers" and r.head_dim >= head_dim),
                          key=Row.sort_key)
         if fitting:
             buckets.add(min(r.head_dim for r in fitting))

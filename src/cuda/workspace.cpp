@@ -120,9 +120,9 @@ void plan_backward_workspace(const BackwardKernel& k, const BackwardArgs& a, con
     case GradientStore::dq_accum: {
       // A one-pass row adds a step's dQ tile to the workspace as one block (on sm_90 one bulk
       // reduction) only where the workspace's rows are the tile's width, else element by element
-      // with atomics: its rows are padded to the bucket (D = 192 on the D = 256 row). The rows of
-      // a head-dim cluster split (the one-pass rows without a tail split) add their column share
-      // element by element either way.
+      // with atomics: its rows are padded to the bucket (D = 129..192 on a D = 256 row, as on the
+      // sm80 family, which has no D = 192 one-pass row). The rows of a head-dim cluster split (the
+      // one-pass rows without a tail split) add their column share element by element either way.
       const std::int64_t dq_cols = k.tail_split ? std::max<std::int64_t>(p.head_dim, k.max_head_dim) : p.head_dim;
       grad_accum(&b->dq_accum, a.q, dq_cols, &w->grad_accum[0]);
       if (b->kv_split_parts > 1) {  // per split tile: its count, and a slot of dK and dV per part but the last

@@ -98,7 +98,8 @@ class KernelTable(unittest.TestCase):
                     # smaller one, or the sm80 family's (which splits the keys where few queries see them).
                     if r.pass_ == "fwd":
                         few = [f for f in self.rows if (f.pass_, f.dtype, f.head_dim, f.features)
-                               == ("fwd", r.dtype, r.head_dim, r.features) and (f.block_m < r.block_m or f.family < r.family)
+                               == ("fwd", r.dtype, r.head_dim, r.features)
+                               and (f.block_m < r.block_m or f.family < r.family)
                                and f.min_queries_per_key < r.min_queries_per_key and f.sort_key() > r.sort_key()]
                         self.assertTrue(few, f"{r.name}: no few-queries tile behind it")
                 if r.bias_tile:

@@ -61,7 +61,8 @@ struct OnePassGmmaGemms : OnePassGmmaCommon {
   static_assert(kHeadDim / kWarpgroups <= 256 && kDqCols % (8 * kWarpgroups) == 0);
   // The head-dim tiles swizzle 64-byte spans where a warpgroup's columns of dK, dV or a dQ chunk
   // are not whole 64-column atoms (D = 192: 96 each).
-  static constexpr int kSwizzleBytes = (kHeadDim / kWarpgroups) % 64 == 0 && (kDqCols / kWarpgroups) % 64 == 0 ? 128 : 64;
+  static constexpr int kSwizzleBytes =
+      (kHeadDim / kWarpgroups) % 64 == 0 && (kDqCols / kWarpgroups) % 64 == 0 ? 128 : 64;
 
   using SmemLayoutQ = KMajorTile<Element, kBlockM, kHeadDim, kSwizzleBytes>;       // Q, dO
   using SmemLayoutQt = TransposedTile<Element, kHeadDim, kBlockM, kSwizzleBytes>;  // B operands of dK, dV
