@@ -152,6 +152,8 @@ SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 2048), (64, 128, 192, 3, "pi
 def sm90_forward_warps(block_m):
     """The producer warpgroup and a consumer warpgroup per 64 query rows."""
     return 4 * (1 + block_m // 64)
+
+
 # Global-accumulator rows (head dims beyond 256): tile and pipeline depth. The output accumulator
 # crosses L2 once per key tile, so its traffic per FLOP falls with the keys per tile: 128 keys ran
 # 1.65x faster than 64 at D = 512/1024 (H200); 128 queries gained nothing.
