@@ -138,6 +138,8 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--commit", default=os.environ.get("MEMATTN_COMMIT", "unknown"))
     ap.add_argument("--only", default="", help="comma-separated row indices to run (debugging)")
+    ap.add_argument("--shapes", default="",
+                    help="bf16 rows outside the suite instead, comma-separated D/S/causal/hidden (e.g. 192/2048/1/3072)")
     ap.add_argument("--passes", default="fwd,bwd", help="which passes to time: fwd, bwd or both")
     ap.add_argument("--train-iters", type=int, default=10,
                     help="steps timed in the end-to-end row (train_step.py); 0 leaves it out")
@@ -152,6 +154,9 @@ def main():
     rows = suite()
     if args.only:
         rows = [rows[int(i)] for i in args.only.split(",")]
+    if args.shapes:
+        rows = [dict(dtype="bf16", D=d, S=s, causal=bool(c), bias=False, hidden=h)
+                for d, s, c, h in (map(int, spec.split("/")) for spec in args.shapes.split(","))]
     results = []
     for n, cfg in enumerate(rows):
         inputs = make_inputs(cfg, seed=1000 + n)
@@ -199,7 +204,7 @@ def main():
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     train = None
-    if args.train_iters > 0 and not args.only:
+    if args.train_iters > 0 and not args.only and not args.shapes:
         import train_step
         train = train_step.run(args.train_iters)
         lines += ["## End-to-end (one training step)", "", train_step.markdown(train), ""]
