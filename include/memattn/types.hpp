@@ -24,13 +24,15 @@ const char* to_string(Backend backend);
 
 // How the CUDA backend multiplies fp32 inputs (16-bit inputs ignore it: their products are exact in
 // fp32). `ieee`: plain fp32 FMAs on CUDA cores. `tf32x3`: tensor cores, each fp32 product as three
-// TF32 products (big and small parts of each operand), within DESIGN's fp32 tolerance at 0.8-2.8x
-// the FMAs' error (docs/decisions.md, fp32 precision); the backward, which has no 3xTF32 rows,
-// takes the FMA rows. `automatic`: tf32x3 for a forward that writes no
-// LSE, ieee otherwise: a backward recomputes the scores with FMAs and takes the forward's LSE as
-// exact for them, which 3xTF32 scores are not: given a tf32x3 forward's LSE, dV's error was 5e-5 at
-// logits of 100 (2e-6 from an ieee forward) and NaN at scores of 1e8. A forward whose LSE feeds a
-// backward runs ieee. The CPU backends always compute with fp32 (or float64) FMAs.
+// TF32 products (big and small parts of each operand), within DESIGN's fp32 tolerance
+// (docs/decisions.md, fp32 precision). The backward has 3xTF32 rows for problems without bias or
+// dropout, head dims up to 128, 16-byte aligned, not `deterministic`: they recompute the forward's
+// 3xTF32 scores bit for bit; elsewhere it takes the FMA rows, which take the forward's LSE as exact
+// for scores they recompute differently (given a 3xTF32 forward's LSE, dV's error was 5e-5 at
+// logits of 100 and NaN at scores of 1e8). `automatic`: tf32x3, but ieee for a forward that writes
+// the LSE of a problem the 3xTF32 backward rows do not take; the two passes agree unless the
+// backward asks `deterministic` or its gradients are not 16-byte aligned (then ask ieee of both).
+// The CPU backends always compute with fp32 (or float64) FMAs.
 enum class Precision : int { automatic, ieee, tf32x3 };
 
 const char* to_string(Precision precision);

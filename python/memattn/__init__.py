@@ -151,11 +151,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     GPU and can be captured in a CUDA graph; lengths beyond a bound give unspecified results), and
     without them the lengths are copied to the host and checked.
     precision ("auto", "ieee" or "tf32x3") is how CUDA calls multiply float32 inputs: FMAs on CUDA
-    cores, or tensor cores with three TF32 products per product (the forward's rows).
-    tf32x3 serves calls that autograd does not record, and "auto" is tf32x3 there and ieee
-    otherwise: the backward runs on FMAs and takes the forward's LSE as exact for the scores it
-    recomputes, which 3xTF32 scores are not (a gradient error of 5e-5 at logits of 100).
-    Other dtypes and the CPU ignore it.
+    cores, or tensor cores with three TF32 products per product. The backward has 3xTF32 rows for
+    problems without bias or dropout, head dims up to 128, not deterministic, whose scores are the
+    forward's bit for bit; elsewhere it runs on FMAs, which take the forward's LSE as exact for
+    scores they recompute differently (a gradient error of 5e-5 at logits of 100 after a tf32x3
+    forward). "auto" is tf32x3, except on a call that autograd records whose backward has no 3xTF32
+    row (or is deterministic): ieee there. Other dtypes and the CPU ignore it.
     return_lse also returns the natural-log logsumexp [B, Hq, Mq] (float32, not differentiable).
     """
     bounds = tuple(-1 if n is None else _int(name, n, 0, 2**63 - 1)
@@ -186,12 +187,10 @@ def _attention(q, k, v, bias, causal, alignment, window, dropout_p, scale, seqst
     if not isinstance(precision, str) or precision not in _ops.PRECISIONS:
         raise ValueError(f"memattn: precision must be one of {', '.join(map(repr, _ops.PRECISIONS))}, got {precision!r}")
     recorded = torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in (q, k, v, bias))
-    if precision == "auto":
+    # A recorded call's "auto" is the library's (tf32x3 where the backward has rows for it), which
+    # cannot know that the backward will be deterministic (FMA rows only).
+    if precision == "auto" and (not recorded or deterministic):
         precision = "ieee" if recorded else "tf32x3"
-    elif precision == "tf32x3" and recorded and q.dtype == torch.float32:
-        raise ValueError("memattn: precision 'tf32x3' is for calls that autograd does not record: the backward "
-                         "recomputes the scores with FMAs and needs the forward's LSE from the same products (run "
-                         "under torch.no_grad(), or use precision 'auto' or 'ieee')")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.dim() != 4:
             raise ValueError(f"memattn: {name} must be a 4-d tensor [B, {'H, M' if bhmd else 'M, H'}, D]")

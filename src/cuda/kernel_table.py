@@ -273,6 +273,11 @@ SM90_BACKWARD_FUSED_WGMMA_BIAS_MIN_QUERIES_PER_KEY = {64: 1024, 128: 1024}
 # fp32 backward rows (any head dim): FFMA on 64 x 64 tiles with the gradients accumulated in a
 # global fp32 workspace. (The kernel takes bf16/fp16 too; the tensor-core rows below replaced it.)
 SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
+# fp32 backward rows on TF32 tensor cores (3xTF32, tf32x3.hpp): the one-pass kernel with fp32 tiles
+# (P and dS too), bucket -> (queries per step, keys per CTA, warps). Its scores are the 3xTF32
+# forward's, bit for bit (gemm_smem_2slice_tf32x3), so the forward's LSE normalises them exactly.
+# D = 128's tile takes 195 KB of shared memory; D = 256's would not fit.
+SM80_BACKWARD_TF32X3_TILES = {64: (64, 64, 8), 128: (64, 64, 8)}
 # Tensor-core backward rows for any head dim (bf16/fp16): 64 x 64 tiles, head dims in chunks of 64
 # through a pipeline of this many stages, dK/dV/dQ chunks in a per-CTA fp32 workspace slot. They
 # come before the FFMA rows (7-8x faster at D = 256..1024, H200). Square 128 x 128 tiles with 8
@@ -443,6 +448,9 @@ def backward_rows():
                                 dropout_paired=True))
     bm, bn, warps = SM80_BACKWARD_GLOBAL_TILE
     rows.append(Row(80, "bwd", "fp32", GLOBAL_HEAD_DIM, bm, bn, warps, "global", "element", True, True, math="ffma"))
+    for head_dim, (bm, bn, warps) in SM80_BACKWARD_TF32X3_TILES.items():
+        rows.append(Row(80, "bwd", "fp32", head_dim, bm, bn, warps, "registers", "vector16", False, False,
+                        math="tf32x3", atomics=True, fused=True))
     for dtype in ("bf16", "fp16"):
         for head_dim, (bm, bn, warps) in SM80_BACKWARD_FUSED_TILES.items():
             min_queries = SM80_BACKWARD_FUSED_MIN_QUERIES_PER_KEY[head_dim]

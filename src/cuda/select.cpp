@@ -129,16 +129,31 @@ bool tma_loadable(const TensorRef& t) {
                                 t.strides[2], t.strides[0]});
 }
 
+template <class Row>
+bool fits(const Row& k, const Need& n, std::string* why);
+
+// Whether a 3xTF32 backward row takes the problem of a forward (its Need), as far as the
+// forward's arguments tell: the gradients' alignment and `deterministic` come with the backward.
+bool tf32x3_backward_fits(Need n) {
+  n.ieee = false;
+  n.tma_loadable = false;
+  return std::any_of(backward_kernels().begin(), backward_kernels().end(),
+                     [&](const BackwardKernel& k) { return k.math == Math::tf32x3 && fits(k, n, nullptr); });
+}
+
 Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
-  // `automatic`: FMAs for a call that writes the LSE, which a backward (FMAs) takes as exact for
-  // the scores it recomputes; 3xTF32 scores differ from those by a few fp32 roundings (types.hpp).
-  n.ieee = a.precision == Precision::ieee || (a.precision == Precision::automatic && a.lse.defined());
-  n.tma_loadable = tma_loadable(a.q) && tma_loadable(a.k) && tma_loadable(a.v);
   n.varlen = p.varlen;
   n.kv_cache = p.cache.enabled;
   n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
   n.queries_per_key = queries_per_key(p);
+  // `automatic` (types.hpp): 3xTF32 unless the call writes the LSE for a backward that has no
+  // 3xTF32 row for the problem. The FMA backward takes the LSE as exact for the scores it
+  // recomputes, and 3xTF32 scores differ from those by a few fp32 roundings; the 3xTF32 backward
+  // recomputes them bit for bit.
+  n.ieee = a.precision == Precision::ieee ||
+           (a.precision == Precision::automatic && a.lse.defined() && !tf32x3_backward_fits(n));
+  n.tma_loadable = tma_loadable(a.q) && tma_loadable(a.k) && tma_loadable(a.v);
   return n;
 }
 
@@ -151,7 +166,7 @@ bool dbias_tileable(const TensorRef& dbias) {
 
 Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv});
-  n.ieee = a.precision != Precision::tf32x3;
+  n.ieee = a.precision == Precision::ieee;  // `automatic`: the 3xTF32 rows, which come first, where one fits
   n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
   n.dbias_stageable = !p.has_dbias || dbias_summed(p) || dbias_tileable(a.dbias);
   n.deterministic = a.deterministic;

@@ -353,9 +353,10 @@ def test_errors_are_python_exceptions_with_the_message(bad, message):
 @pytest.mark.parametrize("device", DEVICES)
 def test_precision_picks_the_float32_products(device):
     """float32 on CUDA: tf32x3 (3xTF32 tensor cores) and ieee (FMAs) both meet the float32 tolerance;
-    "auto" is tf32x3 unless autograd records the call (then the FMA backward takes the forward's
-    LSE as exact), and tf32x3 refuses a recorded call. The forward kernels are deterministic, so the
-    choice shows bit for bit. The CPU computes with FMAs whatever the setting."""
+    "auto" is tf32x3, but ieee on a recorded call whose backward has no 3xTF32 row (a bias, or
+    deterministic); tf32x3 on a recorded call runs the 3xTF32 forward, and its gradients meet the
+    float32 gradient tolerance. The forward kernels are deterministic, so the choice shows bit for
+    bit. The CPU computes with FMAs whatever the setting."""
     q, k, v = (torch.randn(2, 150, 4, 64, dtype=torch.float64) for _ in range(3))
     ref = math_attention(q, k, v)
     q, k, v = (t.float().to(device) for t in (q, k, v))
@@ -364,11 +365,23 @@ def test_precision_picks_the_float32_products(device):
         assert rel_error(o.cpu(), ref) <= TOLERANCE[torch.float32], p
     assert torch.equal(memattn.attention(q, k, v), out["tf32x3"])
     recorded = memattn.attention(q.clone().requires_grad_(), k, v)
+    assert torch.equal(recorded.detach(), out["tf32x3"])
+    recorded = memattn.attention(q.clone().requires_grad_(), k, v, deterministic=True)
     assert torch.equal(recorded.detach(), out["ieee"])
+    bias = torch.randn(2, 4, 150, 150, device=device)
+    recorded = memattn.attention(q.clone().requires_grad_(), k, v, bias=bias)
+    assert torch.equal(recorded.detach(), memattn.attention(q, k, v, bias=bias, precision="ieee"))
     with torch.no_grad():
         assert torch.equal(memattn.attention(q.clone().requires_grad_(), k, v), out["tf32x3"])
-    with pytest.raises(ValueError, match="precision 'tf32x3' is for calls that autograd does not record"):
-        memattn.attention(q.clone().requires_grad_(), k, v, precision="tf32x3")
+    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    trained = memattn.attention(*inputs, precision="tf32x3")
+    assert torch.equal(trained.detach(), out["tf32x3"])
+    dout = torch.randn_like(trained)
+    grads = torch.autograd.grad(trained, inputs, dout)
+    ref_inputs = [t.detach().double().cpu().requires_grad_() for t in (q, k, v)]
+    ref_grads = torch.autograd.grad(math_attention(*ref_inputs), ref_inputs, dout.double().cpu())
+    for g, r in zip(grads, ref_grads):
+        assert rel_error(g.cpu(), r) <= 2 * TOLERANCE[torch.float32]
     half = memattn.attention(q.half(), k.half(), v.half())
     assert rel_error(half.cpu(), ref) <= TOLERANCE[torch.float16]
     assert torch.equal(memattn.attention(q.half(), k.half(), v.half().requires_grad_(), precision="tf32x3").detach(),

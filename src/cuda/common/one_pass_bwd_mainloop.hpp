@@ -47,10 +47,10 @@ __device__ __forceinline__ RowStat fetch_row_stat(const BwdParams& p, const floa
 }
 
 // Thread r stages row r's statistics as gradient_tile reads them.
-template <int kRows>
+template <class Element, int kRows>
 __device__ __forceinline__ void stage_row_stat(const RowStat& s, float* lse2, float* delta) {
   if (threadIdx.x < kRows) {
-    lse2[threadIdx.x] = lse_base2(s.lse);
+    lse2[threadIdx.x] = staged_lse<Element>(s.lse);
     delta[threadIdx.x] = s.delta;
   }
 }
@@ -109,7 +109,6 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
   using Storage = OnePassBwdSharedStorage<Traits, kFeatures>;
   constexpr int kQueries = Traits::kBlockM, kKeys = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   static_assert(kQueries <= Traits::kThreads, "one thread per query row stages the row statistics");
-  static_assert(!kNaturalLse<Element>, "one-pass rows are 16-bit: stage_row_stat stages base-2 LSEs");
   constexpr int kSplit = Traits::kHeadSplit;
   const sm90::HeadDimShare share = sm90::head_dim_share<kHeadDim, Traits::kHeadSplit>(p);
   const int rank = share.rank, col0 = share.col0, qk_cols = share.qk_cols, v_cols = share.v_cols;
@@ -256,8 +255,8 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
   // 128 x 128 tile: 64) the registers are short, and the deferred dQ flush goes between the S
   // GEMM's k-slices only, which frees its buffer for the exponentials (with the flush over both
   // GEMMs they spilled and gained half as much); with fewer the flush over both GEMMs stays 1-2%
-  // faster (H100).
-  constexpr bool kExpDuringDp = kPlainSdp && (kFeatures & kBias) == 0;
+  // faster (H100). The fp32 rows' P is exp(natural score - LSE) (gradient_tile, kNaturalLse).
+  constexpr bool kExpDuringDp = kPlainSdp && (kFeatures & kBias) == 0 && !kNaturalLse<Element>;
   constexpr int kScoresPerThread = kQueries * kKeys / Traits::kThreads;
   constexpr int kMostScoresBesideFlush = 32;  // the most that fit beside the flush's buffer (measured)
   constexpr bool kFlushDuringS = kExpDuringDp && kScoresPerThread > kMostScoresBesideFlush;
@@ -280,7 +279,7 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
   Step at = q_tiles > 0 ? step_at(work.hk * p.group + first_step / q_tiles,
                                   query_begin + std::int64_t(first_step % q_tiles) * kQueries)
                         : step_at(work.hk * p.group, query_begin);
-  if (steps > 0) stage_row_stat<kQueries>(load_step(at), lse2, delta);
+  if (steps > 0) stage_row_stat<Element, kQueries>(load_step(at), lse2, delta);
   for (int step = 0; step < steps; ++step) {
     const int h = at.h;
     const std::int64_t m0 = at.m0;
@@ -378,7 +377,7 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
     else
       DqFlush(dq_stage, at.dq, rows, t).add_all();
     if constexpr (kSplit > 1) exchange.release();  // the exchange's slots are the dQ stage's memory
-    if (step + 1 < steps) stage_row_stat<kQueries>(next, lse2, delta);
+    if (step + 1 < steps) stage_row_stat<Element, kQueries>(next, lse2, delta);
     at = next_at;
   }
   if constexpr (kDeferDq) {  // the last step's dQ (nothing when no step ran)

@@ -14,6 +14,7 @@
 #include "cuda/common/fragments.hpp"
 #include "cuda/common/fwd_common.hpp"
 #include "cuda/common/swizzled_tiles.hpp"
+#include "cuda/common/tf32x3.hpp"
 #include "cuda/sm90/one_pass_gemms.hpp"
 
 namespace memattn::cuda {
@@ -85,18 +86,22 @@ struct OnePassBwdTraits {
                                                         WarpsSdp>>;
 
   using MmaOp = typename Tiles::MmaOp;
+  static constexpr bool kTf32x3 = Tiles::kTf32x3;  // fp32 as 3xTF32 products (mma.sync only)
+  static_assert(!kTf32x3 || (kGemms == GemmKind::mma_sync && kSdpSlices == 1 && kHeadSplit == 1));
   using MmaSdpSlice = TiledMMA<MMA_Atom<MmaOp>, Layout<Shape<_1, Int<kWarps / kSdpSlices>, _1>>,
                                Tile<_16, Int<16 * (kWarps / kSdpSlices)>, _16>>;
 
   // The GEMMs on mma.sync: the warp grids above, operands through ldmatrix (ldmatrix.trans for
-  // the transposed views), two k16 slices in flight (gemm_smem_2slice).
+  // the transposed views; fp32: 32-bit loads), two k16 slices in flight (gemm_smem_2slice, or
+  // gemm_smem_2slice_tf32x3 for fp32).
   struct MmaSyncGemms {
+    using MmaK = Int<Tiles::kMmaK>;
     template <class Warps>
     using TiledMmaOf = TiledMMA<MMA_Atom<MmaOp>, Layout<Warps>,
                                 Tile<Int<16 * decltype(size<0>(Warps{}))::value>,
-                                     Int<16 * decltype(size<1>(Warps{}))::value>, _16>>;
+                                     Int<16 * decltype(size<1>(Warps{}))::value>, MmaK>>;
     using MmaSdp = TiledMMA<MMA_Atom<MmaOp>, Layout<WarpsSdp>,
-                            Tile<Int<16 * decltype(size<0>(WarpsSdp{}))::value>, Int<kSdpStepN>, _16>>;
+                            Tile<Int<16 * decltype(size<0>(WarpsSdp{}))::value>, Int<kSdpStepN>, MmaK>>;
     using MmaDkv = TiledMmaOf<WarpsDkv>;
     using MmaDq = TiledMmaOf<WarpsDq>;
 
@@ -118,28 +123,35 @@ struct OnePassBwdTraits {
     // The B operand (K, V) of S and dP.
     using SdpBAtom = std::conditional_t<kSdpStepN == 8 * kWarpsSdpN, typename Tiles::SmemToRegAtomX2, Ldsm>;
 
+    template <class AtomA, class AtomB, class TiledMma, class SmemA, class SmemB, class Acc, class Work = NoWork>
+    __device__ __forceinline__ static void smem_gemm(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
+                                                int tid, const Work& after_slice = {}) {
+      if constexpr (kTf32x3) gemm_smem_2slice_tf32x3<AtomA, AtomB>(mma, sA, sB, acc, tid, after_slice);
+      else gemm_smem_2slice<AtomA, AtomB>(mma, sA, sB, acc, tid, after_slice);
+    }
+
     // S = Q K^T, then dP = dO V^T; after_s(kk) and after_dp(kk) after each of their kSlices k16
     // slices.
     template <int kSlices, class SmemQ, class SmemK, class Acc, class WorkS, class WorkDp>
     __device__ __forceinline__ static void scores(const MmaSdp& mma, const SmemQ& sQ, const SmemK& sK, Acc& acc_s,
                                                   const SmemQ& sdO, const SmemK& sV, Acc& acc_dp, int tid,
                                                   const WorkS& after_s, const WorkDp& after_dp) {
-      gemm_smem_2slice<Ldsm, SdpBAtom>(mma, sQ, sK, acc_s, tid, after_s);
-      gemm_smem_2slice<Ldsm, SdpBAtom>(mma, sdO, sV, acc_dp, tid, after_dp);
+      smem_gemm<Ldsm, SdpBAtom>(mma, sQ, sK, acc_s, tid, after_s);
+      smem_gemm<Ldsm, SdpBAtom>(mma, sdO, sV, acc_dp, tid, after_dp);
     }
     // dV += P^T dO, then dK += dS^T Q.
     template <class SmemPt, class SmemQt, class Acc>
     __device__ __forceinline__ static void key_grads(const MmaDkv& mma, const SmemPt& sPt, const SmemQt& sdOt,
                                                      Acc& acc_dv, const SmemPt& sdSt, const SmemQt& sQt, Acc& acc_dk,
                                                      int tid) {
-      gemm_smem_2slice<LdsmT, LdsmT>(mma, sPt, sdOt, acc_dv, tid);
-      gemm_smem_2slice<LdsmT, LdsmT>(mma, sdSt, sQt, acc_dk, tid);
+      smem_gemm<LdsmT, LdsmT>(mma, sPt, sdOt, acc_dv, tid);
+      smem_gemm<LdsmT, LdsmT>(mma, sdSt, sQt, acc_dk, tid);
     }
     // A chunk of dQ = dS K.
     template <class SmemA, class SmemB, class Acc>
     __device__ __forceinline__ static void query_grads(const MmaDq& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
                                                        int tid) {
-      gemm_smem_2slice<Ldsm, LdsmT>(mma, sA, sB, acc, tid);
+      smem_gemm<Ldsm, LdsmT>(mma, sA, sB, acc, tid);
     }
     __device__ __forceinline__ static void publish_smem_writes() {}  // ldmatrix reads what the barrier published
     static constexpr bool kBulkDq = false;  // dQ leaves by the warps' atomics
