@@ -89,7 +89,8 @@ def time_impl(attend, cfg, inputs, iters, passes=("fwd", "bwd")):
     except RuntimeError:
         return None
     # The forward as inference runs it (autograd records nothing): memattn's fp32 forward then takes
-    # its 3xTF32 rows (precision "auto"); a recorded one runs the FMA rows its backward needs.
+    # its 3xTF32 rows (precision "auto"); a recorded one too where its backward has 3xTF32 rows
+    # (FMAs elsewhere).
     with torch.no_grad():
         fwd = time_ms(lambda: attend(q, k, v, bias, cfg["causal"]), iters) if "fwd" in passes else None
     if "bwd" not in passes:
@@ -188,7 +189,7 @@ def main():
              f"cuDNN {meta['cudnn']}, commit {meta['commit']}; median of {meta['iters']} runs.", "",
              "TFLOP/s (forward 4·B·H·S²·D, halved when causal; backward 2.5x). memattn's ratio to each peer "
              "follows its own numbers. Forwards timed without autograd (fp32: memattn's 3xTF32 rows; its "
-             "backward runs on FMAs).", ""]
+             "backward runs on them up to D = 128, on FMAs beyond).", ""]
     for pass_ in ("fwd", "bwd"):
         lines.append(f"## {'Forward' if pass_ == 'fwd' else 'Backward'}")
         lines.append("")

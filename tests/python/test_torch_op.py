@@ -661,7 +661,7 @@ def test_length_bounds_change_nothing_but_the_wait(device):
     if device != "cuda":
         return
     q, k, v = (t.detach() for t in (q, k, v))
-    # ieee: the calls above ran the FMA rows (autograd recorded them); without autograd `auto` is 3xTF32
+    # ieee: the calls above ran the FMA rows (deterministic, recorded); without autograd `auto` is 3xTF32
     bounded = dict(seqstart_q=sq, seqstart_k=sk, seqused_k=used, max_seqlen_q=4, max_seqlen_k=4, causal=True,
                    precision="ieee")
     memattn.attention(q, k, v, **bounded)  # outside the capture: whatever is set up once

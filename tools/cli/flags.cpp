@@ -318,7 +318,8 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
   app->add_option("--backend", f->backend, "Backend")->check(CLI::IsMember({"auto", "cpu", "cuda", "reference"}));
   app->add_option("--precision", f->precision,
                   "fp32 on the CUDA backend: ieee (FMAs on CUDA cores) or tf32x3 (tensor cores, three TF32 products "
-                  "per product, forward rows); auto: ieee here, as for every call that writes the LSE")
+                  "per product); auto: tf32x3, but ieee for a forward whose LSE an FMA backward would take (bias, "
+                  "dropout, D > 128)")
       ->check(CLI::IsMember({"auto", "ieee", "tf32x3"}));
   app->add_flag("--deterministic", f->deterministic, "Bit-reproducible backward (no atomics)");
   // The dispatcher's overrides (Options::overrides), for A/B comparisons and debugging.
