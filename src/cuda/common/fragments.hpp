@@ -136,42 +136,57 @@ struct NoWork {
   __device__ void operator()(int) const {}
 };
 
-// acc += A B^T with both operands in shared memory, each read through its own copy atom
-// (ldmatrix, or ldmatrix.trans for a transposed view), k16 slice by slice into a two-slice
-// register buffer: reusing the buffer keeps the compiler from hoisting every slice's loads ahead
-// of the MMAs, which in kernels with large accumulators costs spills. tid: the thread index
-// (an opaque copy keeps the addresses derived from it from being hoisted out of a caller's loop).
-// after_slice(kk) runs after slice kk's MMAs are issued: other work for the warp to issue while
-// the tensor cores run them.
-template <class AtomA, class AtomB, class TiledMma, class SmemA, class SmemB, class Acc, class Work = NoWork>
-__device__ __forceinline__ void gemm_smem_2slice(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
-                                                 int tid, const Work& after_slice = {}) {
+// Both operands of a GEMM from shared memory, each through its own copy atom (ldmatrix, or
+// ldmatrix.trans for a transposed view), k16 slice by k16 slice (kBlocks MMA k-blocks each) into a
+// two-slice register buffer of the atoms' element type: reusing the buffer keeps the compiler from
+// hoisting every slice's loads ahead of the MMAs, which in kernels with large accumulators costs
+// spills. mma_slice(rA, rB, k) issues the MMAs of the slice whose k-blocks start at k in the
+// buffers ((V, M, 2 kBlocks) and (V, N, 2 kBlocks)); after_slice(kk) runs after slice kk's: other
+// work for the warp to issue while the tensor cores run them. tid: the thread index (an opaque
+// copy keeps the addresses derived from it from being hoisted out of a caller's loop).
+template <int kBlocks, class AtomA, class AtomB, class TiledMma, class SmemA, class SmemB, class MmaSlice, class Work>
+__device__ __forceinline__ void smem_slices(const TiledMma& mma, const SmemA& sA, const SmemB& sB, int tid,
+                                            const MmaSlice& mma_slice, const Work& after_slice) {
   constexpr int kSliceK = 16;
   auto thr_mma = mma.get_thread_slice(tid);
   const auto slices_a = make_shape(size<0>(sA), Int<2 * kSliceK>{});
   const auto slices_b = make_shape(size<0>(sB), Int<2 * kSliceK>{});
-  Tensor rA = thr_mma.partition_fragment_A(local_tile(sA, slices_a, make_coord(0, 0)));  // (V, M, 2)
-  Tensor rB = thr_mma.partition_fragment_B(local_tile(sB, slices_b, make_coord(0, 0)));
+  Tensor rA = make_fragment_like<typename AtomA::ValType>(
+      thr_mma.partition_fragment_A(local_tile(sA, slices_a, make_coord(0, 0))));  // (V, M, 2 kBlocks)
+  Tensor rB = make_fragment_like<typename AtomB::ValType>(
+      thr_mma.partition_fragment_B(local_tile(sB, slices_b, make_coord(0, 0))));
   auto a_copy = make_tiled_copy_A(AtomA{}, mma);
   auto b_copy = make_tiled_copy_B(AtomB{}, mma);
   auto a_thr = a_copy.get_thread_slice(tid);
   auto b_thr = b_copy.get_thread_slice(tid);
-  Tensor sA_s2r = a_thr.partition_S(sA);  // (CPY, CPY_M, K / 16)
+  Tensor sA_s2r = a_thr.partition_S(sA);  // (CPY, CPY_M, K / (16 / kBlocks))
   Tensor sB_s2r = b_thr.partition_S(sB);
   Tensor rA_view = a_thr.retile_D(rA);
   Tensor rB_view = b_thr.retile_D(rB);
-  constexpr int kSlices = decltype(size<2>(sA_s2r))::value;
-  copy(a_copy, sA_s2r(_, _, 0), rA_view(_, _, 0));
-  copy(b_copy, sB_s2r(_, _, 0), rB_view(_, _, 0));
+  constexpr int kSlices = decltype(size<2>(sA_s2r))::value / kBlocks;
+  const auto load = [&](int kk) {
+    CUTE_UNROLL
+    for (int g = 0; g < kBlocks; ++g) {
+      copy(a_copy, sA_s2r(_, _, kk * kBlocks + g), rA_view(_, _, (kk % 2) * kBlocks + g));
+      copy(b_copy, sB_s2r(_, _, kk * kBlocks + g), rB_view(_, _, (kk % 2) * kBlocks + g));
+    }
+  };
+  load(0);
   CUTE_UNROLL
   for (int kk = 0; kk < kSlices; ++kk) {
-    if (kk + 1 < kSlices) {
-      copy(a_copy, sA_s2r(_, _, kk + 1), rA_view(_, _, (kk + 1) % 2));
-      copy(b_copy, sB_s2r(_, _, kk + 1), rB_view(_, _, (kk + 1) % 2));
-    }
-    gemm(mma, rA(_, _, kk % 2), rB(_, _, kk % 2), acc);
+    if (kk + 1 < kSlices) load(kk + 1);
+    mma_slice(rA, rB, (kk % 2) * kBlocks);
     after_slice(kk);
   }
+}
+
+// acc += A B^T with both operands in shared memory (smem_slices, one m16n8k16 k-block a slice).
+template <class AtomA, class AtomB, class TiledMma, class SmemA, class SmemB, class Acc, class Work = NoWork>
+__device__ __forceinline__ void gemm_smem_2slice(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
+                                                 int tid, const Work& after_slice = {}) {
+  smem_slices<1, AtomA, AtomB>(
+      mma, sA, sB, tid, [&](const auto& rA, const auto& rB, int k) { gemm(mma, rA(_, _, k), rB(_, _, k), acc); },
+      after_slice);
 }
 
 // acc += A B with A a register fragment (an accumulator reused as the A operand) and B read

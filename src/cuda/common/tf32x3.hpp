@@ -110,45 +110,18 @@ __device__ __forceinline__ void gemm_loaded(const TiledMma& mma, const FragA& a,
 }
 
 // gemm_smem_2slice (fragments.hpp) for fp32 operands: acc += A B^T with both in shared memory,
-// read through AtomA and AtomB k16 slice by k16 slice (two k8 blocks) into a two-slice register
-// buffer, each slice a 3xTF32 sum of its own (gemm_tf32x3) added to acc, so that each element sums
-// as the forward's S = Q K^T does (gemm_tf32x3_all): the backward's recomputed scores are the
-// forward's, bit for bit, where the forward's LSE must match them. after_slice(kk) as there.
+// each k16 slice (two k8 blocks, smem_slices) a 3xTF32 sum of its own (gemm_tf32x3) added to acc,
+// so that each element sums as the forward's S = Q K^T does (gemm_tf32x3_all): the backward's
+// recomputed scores are the forward's, bit for bit, where the forward's LSE must match them.
 // (A one-slice buffer, loaded just before its MMAs, ran within 1% at D = 64 and 128 on the H100.)
 template <class AtomA, class AtomB, class TiledMma, class SmemA, class SmemB, class Acc, class Work = NoWork>
 __device__ __forceinline__ void gemm_smem_2slice_tf32x3(const TiledMma& mma, const SmemA& sA, const SmemB& sB,
                                                         Acc& acc, int tid, const Work& after_slice = {}) {
-  constexpr int kBlocks = kTf32x3KBlocksPerSum;  // k8 blocks per slice
-  static_assert(kBlocks == 2, "a slice is the k16 of gemm_smem_2slice's callers");
-  auto thr_mma = mma.get_thread_slice(tid);
-  const auto slices_a = make_shape(size<0>(sA), Int<2 * 8 * kBlocks>{});
-  const auto slices_b = make_shape(size<0>(sB), Int<2 * 8 * kBlocks>{});
-  // (V, M, 2 x kBlocks) and (V, N, 2 x kBlocks): two slices
-  Tensor rA = make_fragment_like<float>(thr_mma.partition_fragment_A(local_tile(sA, slices_a, make_coord(0, 0))));
-  Tensor rB = make_fragment_like<float>(thr_mma.partition_fragment_B(local_tile(sB, slices_b, make_coord(0, 0))));
-  auto a_copy = make_tiled_copy_A(AtomA{}, mma);
-  auto b_copy = make_tiled_copy_B(AtomB{}, mma);
-  auto a_thr = a_copy.get_thread_slice(tid);
-  auto b_thr = b_copy.get_thread_slice(tid);
-  Tensor sA_s2r = a_thr.partition_S(sA);  // (CPY, CPY_M, K / 8)
-  Tensor sB_s2r = b_thr.partition_S(sB);
-  Tensor rA_view = a_thr.retile_D(rA);
-  Tensor rB_view = b_thr.retile_D(rB);
-  constexpr int kSlices = decltype(size<2>(sA_s2r))::value / kBlocks;
-  const auto load = [&](int kk) {
-    CUTE_UNROLL
-    for (int g = 0; g < kBlocks; ++g) {
-      copy(a_copy, sA_s2r(_, _, kk * kBlocks + g), rA_view(_, _, (kk % 2) * kBlocks + g));
-      copy(b_copy, sB_s2r(_, _, kk * kBlocks + g), rB_view(_, _, (kk % 2) * kBlocks + g));
-    }
-  };
-  load(0);
-  CUTE_UNROLL
-  for (int kk = 0; kk < kSlices; ++kk) {
-    if (kk + 1 < kSlices) load(kk + 1);
-    gemm_tf32x3<kBlocks>(mma, rA, rB, (kk % 2) * kBlocks, acc);
-    after_slice(kk);
-  }
+  static_assert(kTf32x3KBlocksPerSum == 2, "a slice is the k16 of gemm_smem_2slice's callers");
+  smem_slices<kTf32x3KBlocksPerSum, AtomA, AtomB>(
+      mma, sA, sB, tid,
+      [&](const auto& rA, const auto& rB, int k) { gemm_tf32x3<kTf32x3KBlocksPerSum>(mma, rA, rB, k, acc); },
+      after_slice);
 }
 
 // P's two TF32 parts (P V's A operand, (V, M, K)), split once per key tile.
