@@ -91,7 +91,8 @@ std::vector<std::string> one_pass_rows(const tools::ProblemSpec& s) {
   const int d = int(std::max(s.head_dim, s.head_dim_v));
   const int bucket = d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 512;
   const std::string dtype_bucket =
-      std::string("_") + (s.dtype == DType::bf16 ? "bf16" : "fp16") + "_d" + std::to_string(bucket) + "_";
+      std::string("_") + (s.dtype == DType::bf16 ? "bf16" : s.dtype == DType::f16 ? "fp16" : "fp32") + "_d" +
+      std::to_string(bucket) + "_";
   const std::string suffix = s.bias.has_value() ? "_btile_vec_bias" : "_vec_plain";
   std::vector<std::string> out;
   for (const std::string family : {"bwd_sm80", "bwd_sm90"}) {
@@ -168,7 +169,9 @@ TEST(CudaBackwardOnePassRows, TheSearchFindsEveryOnePassRow) {
     ASSERT_NE(bucket_at, std::string::npos) << k.name;
     const int bucket = std::atoi(k.name.c_str() + bucket_at + 2);
     tools::ProblemSpec s = problem_shape(1, 64, 64, 1, 1, bucket, bucket);
-    s.dtype = k.name.compare(dtype_at, 4, "bf16") == 0 ? DType::bf16 : DType::f16;
+    s.dtype = k.name.compare(dtype_at, 4, "bf16") == 0   ? DType::bf16
+              : k.name.compare(dtype_at, 4, "fp16") == 0 ? DType::f16
+                                                         : DType::f32;
     if (k.description.find(", bias") != std::string::npos) s.bias = tools::bias_pattern(tools::BiasKind::dense);
     s.backend = Backend::cuda;
     const std::vector<std::string> found = one_pass_rows(s);
