@@ -26,7 +26,7 @@ const char* to_string(Backend backend);
 // fp32). `ieee`: plain fp32 FMAs on CUDA cores. `tf32x3`: tensor cores, each fp32 product as three
 // TF32 products (big and small parts of each operand), within DESIGN's fp32 tolerance
 // (docs/decisions.md, fp32 precision). The backward has 3xTF32 rows for problems without bias or
-// dropout, head dims up to 128, 16-byte aligned, not `deterministic`: they recompute the forward's
+// dropout, head dims up to 256, 16-byte aligned, not `deterministic`: they recompute the forward's
 // 3xTF32 scores bit for bit; elsewhere it takes the FMA rows, which take the forward's LSE as exact
 // for scores they recompute differently (given a 3xTF32 forward's LSE, dV's error was 5e-5 at
 // logits of 100 and NaN at scores of 1e8). `automatic`: tf32x3, but ieee for a forward that writes

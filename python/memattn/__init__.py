@@ -152,7 +152,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     without them the lengths are copied to the host and checked.
     precision ("auto", "ieee" or "tf32x3") is how CUDA calls multiply float32 inputs: FMAs on CUDA
     cores, or tensor cores with three TF32 products per product. The backward has 3xTF32 rows for
-    problems without bias or dropout, head dims up to 128, not deterministic, whose scores are the
+    problems without bias or dropout, head dims up to 256, not deterministic, whose scores are the
     forward's bit for bit; elsewhere it runs on FMAs, which take the forward's LSE as exact for
     scores they recompute differently (a gradient error of 5e-5 at logits of 100 after a tf32x3
     forward). "auto" is tf32x3, except on a call that autograd records whose backward has no 3xTF32

@@ -278,9 +278,10 @@ SM80_BACKWARD_GLOBAL_TILE = (64, 64, 8)
 # forward's, bit for bit (gemm_smem_2slice_tf32x3), so the forward's LSE normalises them exactly.
 # At D = 128, 32-query steps: against 64 (255 registers, 110 bytes of spills, 195 KB of shared
 # memory) 30.8 -> 38.5 TFLOP/s, causal 28.0 -> 36.7 (H100, B 4 x S 4096, 16 heads; 48 bytes of
-# spills, 130 KB); at D = 64 they lost (64 x 64 38.7, causal 34.9; 32 x 64 32.3, 31.0). D = 256's
-# tiles would not fit.
-SM80_BACKWARD_TF32X3_TILES = {64: (64, 64, 8), 128: (32, 64, 8)}
+# spills, 130 KB); at D = 64 they lost (64 x 64 38.7, causal 34.9; 32 x 64 32.3, 31.0). D = 256 on
+# the D = 512 16-bit row's 32 x 32 grids (one row of warps for dK/dV, dQ in one chunk): 170 KB,
+# 255 registers, 44 bytes of spills; against the FMA rows 11.2 -> 31.9 TFLOP/s, causal 10.2 -> 31.3.
+SM80_BACKWARD_TF32X3_TILES = {64: (64, 64, 8), 128: (32, 64, 8), 256: (32, 32, 8)}
 # Tensor-core backward rows for any head dim (bf16/fp16): 64 x 64 tiles, head dims in chunks of 64
 # through a pipeline of this many stages, dK/dV/dQ chunks in a per-CTA fp32 workspace slot. They
 # come before the FFMA rows (7-8x faster at D = 256..1024, H200). Square 128 x 128 tiles with 8

@@ -144,11 +144,11 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CudaPrecision);
 INSTANTIATE_TEST_SUITE_P(Fp32, CudaPrecision, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<PrecisionCase>& info) { return info.param.name; });
 
-// The backward's cases: the head dims of its 3xTF32 rows (aligned, up to 128; GQA throughout),
+// The backward's cases: the head dims of its 3xTF32 rows (aligned, up to 256; GQA throughout),
 // masks, a query loop long enough to split the last wave's key tiles, and large scores.
 std::vector<PrecisionCase> backward_cases() {
   std::vector<PrecisionCase> out;
-  for (std::int64_t d : {32, 64, 128}) out.push_back({"d" + std::to_string(d), base(d, 150, 200)});
+  for (std::int64_t d : {32, 64, 128, 256}) out.push_back({"d" + std::to_string(d), base(d, 150, 200)});
   out.push_back({"d96_dv64", base(96, 130, 170)});
   out.back().spec.head_dim_v = 64;
   PrecisionCase c{"causal_long_keys", base(128, 256, 2048)};

@@ -319,7 +319,7 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
   app->add_option("--precision", f->precision,
                   "fp32 on the CUDA backend: ieee (FMAs on CUDA cores) or tf32x3 (tensor cores, three TF32 products "
                   "per product); auto: tf32x3, but ieee for a forward whose LSE an FMA backward would take (bias, "
-                  "dropout, D > 128)")
+                  "dropout, D > 256)")
       ->check(CLI::IsMember({"auto", "ieee", "tf32x3"}));
   app->add_flag("--deterministic", f->deterministic, "Bit-reproducible backward (no atomics)");
   // The dispatcher's overrides (Options::overrides), for A/B comparisons and debugging.
