@@ -125,7 +125,7 @@ struct OnePassBwdTraits {
 
     template <class AtomA, class AtomB, class TiledMma, class SmemA, class SmemB, class Acc, class Work = NoWork>
     __device__ __forceinline__ static void smem_gemm(const TiledMma& mma, const SmemA& sA, const SmemB& sB, Acc& acc,
-                                                int tid, const Work& after_slice = {}) {
+                                                     int tid, const Work& after_slice = {}) {
       if constexpr (kTf32x3) gemm_smem_2slice_tf32x3<AtomA, AtomB>(mma, sA, sB, acc, tid, after_slice);
       else gemm_smem_2slice<AtomA, AtomB>(mma, sA, sB, acc, tid, after_slice);
     }
