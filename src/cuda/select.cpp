@@ -136,7 +136,6 @@ bool fits(const Row& k, const Need& n, std::string* why);
 // forward's arguments tell: the gradients' alignment and `deterministic` come with the backward.
 bool tf32x3_backward_fits(Need n) {
   n.ieee = false;
-  n.tma_loadable = false;
   return std::any_of(backward_kernels().begin(), backward_kernels().end(),
                      [&](const BackwardKernel& k) { return k.math == Math::tf32x3 && fits(k, n, nullptr); });
 }
@@ -150,9 +149,9 @@ Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   // `automatic` (types.hpp): 3xTF32 unless the call writes the LSE for a backward that has no
   // 3xTF32 row for the problem. The FMA backward takes the LSE as exact for the scores it
   // recomputes, and 3xTF32 scores differ from those by a few fp32 roundings; the 3xTF32 backward
-  // recomputes them bit for bit.
-  n.ieee = a.precision == Precision::ieee ||
-           (a.precision == Precision::automatic && a.lse.defined() && !tf32x3_backward_fits(n));
+  // recomputes them bit for bit. Only fp32 has 3xTF32 rows: no table walk for 16-bit calls.
+  n.ieee = a.precision == Precision::ieee || (a.precision == Precision::automatic && a.lse.defined() &&
+                                              p.dtype == DType::f32 && !tf32x3_backward_fits(n));
   n.tma_loadable = tma_loadable(a.q) && tma_loadable(a.k) && tma_loadable(a.v);
   return n;
 }
