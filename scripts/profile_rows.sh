@@ -11,8 +11,9 @@ bin=${MEMATTN_BIN:-build-gpu/bin/memattn}
 pass=$1
 rows=$2
 shift 2
-# The pass's own kernels (the backward's run starts with a forward for O and LSE).
-kernels=$([[ $pass == fwd ]] && echo 'forward' || echo '(dkdv|dq|one_pass_bwd)')
+# The pass's own kernels (the backward's run starts with a forward for O and LSE; sm90::backward_kernel is
+# the Hopper backward's).
+kernels=$([[ $pass == fwd ]] && echo 'forward' || echo '(dkdv|dq|one_pass_bwd|backward)')
 sections=(SpeedOfLight Occupancy LaunchStats WarpStateStats SchedulerStats ComputeWorkloadAnalysis
   MemoryWorkloadAnalysis InstructionStats ${EXTRA_SECTIONS:-})
 for row in $rows; do

@@ -262,6 +262,19 @@ SM90_BACKWARD_FUSED_SPLIT_TILES = {512: (64, 64, 8, 2), 1024: (64, 64, 8, 4)}
 # 300 vs 256 TFLOP/s, S = 8192 331 vs 286, causal 325 vs 275 (236 registers, no spills).
 SM90_BACKWARD_FUSED_WGMMA_TILES = {64: (128, 128, 8), 128: (64, 128, 8), 192: (64, 64, 8), 256: (64, 64, 8)}
 SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 192: 0, 256: 0}
+# The Hopper backward (sm90/bwd/): bucket -> (queries per step, keys, Q/dO stages, min queries per
+# key). The key rows' GEMMs above in a warp-specialised kernel: producer warps load K, V and each
+# step's Q, dO (TMA) and row statistics into a ring, so that a step starts on its barrier instead of
+# a CTA barrier after every warp's copies; the two consumer warpgroups (64 keys each, 240
+# registers) meet once per step, before the dQ GEMM, with dS^T and the dQ stage double-buffered,
+# and issue dV, dK and dQ back to back. 12 warps. Plain problems of fixed lengths with tensors a
+# tensor map describes (select.cpp). H100, bf16, CLI, TFLOP/s against the wgmma one-pass row
+# (same run): D = 128 S = 2048 383 -> 406, causal 315 -> 319, S = 8192 448 -> 493, causal 425 ->
+# 454; but S = 512 246 -> 237, causal 153 -> 144 (few steps per key tile leave the prologue
+# exposed): from 1024 queries per key, the wgmma row below that. Not at D = 64: 128 x 128 ran
+# within 2% of the wgmma row (S = 2048 317 vs 317, S = 8192 365 vs 368, causal 334 vs 339; 336
+# bytes of spills at 240 registers), 64 x 128 2-15% behind it.
+SM90_BACKWARD_TMA_TILES = {128: (64, 128, 2, 1024)}
 # The same with a bias tile (as SM80_BACKWARD_FUSED_BIAS_TILES: the step's bias by cp.async, dS back
 # through it for dbias). H100, bf16, dense bias, CLI against the sm80 bias rows: D = 128 S = 2048
 # 2.95 -> 2.48 ms, S = 8192 10.83 -> 8.87, causal 6.97 -> 6.00; D = 64 S = 2048 4.08 -> 3.52,
@@ -316,7 +329,7 @@ class Row:
     min_queries_per_key: int = 0  # chosen only when a key sees this many queries on average
     wide: bool = False  # forward with the output split over the warps along the head dim (wide_fwd_kernel.hpp)
     head_split: int = 1  # wide and one-pass rows: CTAs of a cluster that share the head dim (sm_90)
-    tma: bool = False  # forward: Q, K and V by TMA into rings of a warp-specialised kernel (sm90/fwd/)
+    tma: bool = False  # Q, K, V (and dO) by TMA into rings of a warp-specialised kernel (sm90/fwd/, sm90/bwd/)
     paged: bool = False  # forward: K and V from a KV cache's pages (paged_kv.hpp); cache problems only
     # A smaller tile behind the bucket's default, for GPUs whose shared memory per CTA the default
     # does not fit (SM80_FEATURED_FALLBACK_TILES, SM80_BACKWARD_FUSED_FALLBACK_TILES).
@@ -366,8 +379,8 @@ class Row:
         feature_rank = {"plain": 0, "paged": 0, "bias": 1, "drop": 1, "full": 2}[self.features]
         return (self.math == "ffma", self.accumulator != "registers", self.sort_head_dim, -self.family,
                 self.loads != "vector16",
-                MATH_RANK[self.math], feature_rank, self.paged, not self.fused, not self.bias_tile, self.fallback,
-                -self.min_queries_per_key)
+                MATH_RANK[self.math], feature_rank, self.paged, not self.fused, not self.bias_tile, not self.tma,
+                self.fallback, -self.min_queries_per_key)
 
 
 def all_rows():
@@ -477,6 +490,11 @@ def backward_rows():
             rows.append(Row(90, "bwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             math="wgmma", atomics=True, fused=True,
                             min_queries_per_key=SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY[head_dim]))
+            if head_dim in SM90_BACKWARD_TMA_TILES:
+                tm, tn, _, tq = SM90_BACKWARD_TMA_TILES[head_dim]
+                rows.append(Row(90, "bwd", dtype, head_dim, tm, tn, sm90_forward_warps(tn), "registers", "vector16",
+                                False, False, math="wgmma", atomics=True, fused=True, tma=True,
+                                min_queries_per_key=tq))
             if head_dim in SM90_BACKWARD_FUSED_WGMMA_BIAS_TILES:
                 tm, tn, tw = SM90_BACKWARD_FUSED_WGMMA_BIAS_TILES[head_dim]
                 rows.append(Row(90, "bwd", dtype, head_dim, tm, tn, tw, "registers", "vector16", True, False,
@@ -568,6 +586,9 @@ def template_args(r):
     if r.pass_ == "bwd" and r.accumulator == "global" and r.math == "ffma":
         element = ELEMENT_TYPES[r.dtype]
         return f"sm80::SimtBwdTraits<{element}>, {features}"
+    if r.pass_ == "bwd" and r.tma:
+        stages = SM90_BACKWARD_TMA_TILES[r.head_dim][2]
+        return f"sm90::BwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {stages}>, {features}"
     if r.pass_ == "bwd" and r.fused:
         # The plain 128-key wgmma rows compute S^T and dP^T (one_pass_gemms.hpp's key rows); the
         # bias-tile rows keep query rows, whose dS tile dbias leaves through.
@@ -620,6 +641,8 @@ def launcher(r):
         return "cuda/sm90/fwd/launch.hpp", "sm90::launch_forward", "sm90::forward_resources", "FwdParams"
     if r.pass_ == "fwd" and r.wide:
         return "cuda/common/wide_fwd_launch.hpp", "launch_forward_wide", "forward_wide_resources", "FwdParams"
+    if r.pass_ == "bwd" and r.tma:
+        return "cuda/sm90/bwd/launch.hpp", "sm90::launch_backward", "sm90::backward_resources", "BwdParams"
     if r.pass_ == "bwd" and r.fused:
         return ("cuda/common/one_pass_bwd_launch.hpp", "launch_backward_one_pass", "backward_one_pass_resources",
                 "BwdParams")

@@ -170,6 +170,8 @@ Need backward_need(const BackwardArgs& a, const detail::Problem& p) {
   n.dbias_stageable = !p.has_dbias || dbias_summed(p) || dbias_tileable(a.dbias);
   n.deterministic = a.deterministic;
   n.queries_per_key = queries_per_key(p);
+  n.varlen = p.varlen;
+  n.tma_loadable = tma_loadable(a.q) && tma_loadable(a.k) && tma_loadable(a.v) && tma_loadable(a.dout);
   return n;
 }
 
@@ -211,8 +213,8 @@ bool fits(const Row& k, const Need& n, std::string* why) {
     });
   if (k.tma && !n.tma_loadable)
     return no([] {
-      return std::string("TMA loads need Q, K and V with 16-byte aligned pointers and rows, and every stride a nonzero "
-                         "multiple of 16 bytes (no broadcast)");
+      return std::string("TMA loads need Q, K, V (and dO) with 16-byte aligned pointers and rows, and every stride a "
+                         "nonzero multiple of 16 bytes (no broadcast)");
     });
   if (n.smem_per_block > 0)
     if (const int bytes = row_smem_bytes(k); bytes > n.smem_per_block)

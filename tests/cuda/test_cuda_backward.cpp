@@ -74,8 +74,9 @@ INSTANTIATE_TEST_SUITE_P(WideHeads, CudaBackward, ::testing::ValuesIn(wide_head_
 // The one-pass rows take only long sequences by default (min_queries_per_key), which the feature
 // cases are not: here each wide-head case runs on every one-pass row of its dtype and bucket that
 // covers its features (forced: Options::overrides.kernel): sm80's mma.sync row and, on an sm_90
-// GPU, the wgmma row. Skipped when none covers it (dropout) or none fits (a bias whose rows are not
-// 16-byte aligned; the wgmma rows on another GPU).
+// GPU, the wgmma rows (with and without the TMA producer). Skipped when none covers it (dropout)
+// or none fits (a bias whose rows are not 16-byte aligned; the wgmma rows on another GPU;
+// variable lengths on the TMA row).
 class CudaBackwardOnePass : public ::testing::TestWithParam<NamedCase> {};
 
 // Whether the build has the kernel-table row `name`.
@@ -84,8 +85,8 @@ bool compiled(const std::string& name) {
   return std::any_of(rows.begin(), rows.end(), [&](const KernelInfo& k) { return k.name == name; });
 }
 
-// The one-pass rows (bwd_sm80_..._fused..., bwd_sm90_..._wgmma_fused...) of the spec's dtype and
-// bucket with its features.
+// The one-pass rows (bwd_sm80_..._fused..., bwd_sm90_..._wgmma_fused..., and the warp-specialised
+// bwd_sm90_..._wgmma_tma_fused...) of the spec's dtype and bucket with its features.
 std::vector<std::string> one_pass_rows(const tools::ProblemSpec& s) {
   if (s.dropout.p > 0 || s.deterministic) return {};
   const int d = int(std::max(s.head_dim, s.head_dim_v));
@@ -95,15 +96,20 @@ std::vector<std::string> one_pass_rows(const tools::ProblemSpec& s) {
       std::to_string(bucket) + "_";
   const std::string suffix = s.bias.has_value() ? "_btile_vec_bias" : "_vec_plain";
   std::vector<std::string> out;
-  for (const std::string family : {"bwd_sm80", "bwd_sm90"}) {
-    const std::string prefix = family + dtype_bucket;
+  struct Kind {
+    const char* family;
+    bool tma;
+  };
+  for (const Kind kind : {Kind{"bwd_sm80", false}, Kind{"bwd_sm90", false}, Kind{"bwd_sm90", true}}) {
+    const std::string prefix = kind.family + dtype_bucket;
     for (const KernelInfo& k : list_kernels()) {
       const std::string& n = k.name;
       if (n.compare(0, prefix.size(), prefix) == 0 && n.find("_fused_") != std::string::npos &&
+          (n.find("_tma_") != std::string::npos) == kind.tma &&
           n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0 &&
           (suffix == "_btile_vec_bias" || n.find("_btile") == std::string::npos)) {
         out.push_back(n);
-        break;  // the family's first: its default tile
+        break;  // the kind's first: its default tile
       }
     }
   }
@@ -161,7 +167,9 @@ INSTANTIATE_TEST_SUITE_P(WideHeads, CudaBackwardOnePass, ::testing::ValuesIn(one
 TEST(CudaBackwardOnePassRows, TheSearchFindsEveryOnePassRow) {
   int rows = 0;
   for (const KernelInfo& k : list_kernels()) {
-    const bool sm80 = k.name.rfind("bwd_sm80_", 0) == 0, wgmma = k.name.find("_wgmma_fused_") != std::string::npos;
+    const bool sm80 = k.name.rfind("bwd_sm80_", 0) == 0,
+               wgmma = k.name.find("_wgmma_fused_") != std::string::npos ||
+                       k.name.find("_wgmma_tma_fused_") != std::string::npos;
     if (!(sm80 || wgmma) || k.description.find(", atomics") == std::string::npos) continue;
     ++rows;
     // <pass>_sm<family>_<dtype>_d<bucket>_...: the format test_cuda_rows.cpp reads too.
@@ -176,8 +184,10 @@ TEST(CudaBackwardOnePassRows, TheSearchFindsEveryOnePassRow) {
     s.backend = Backend::cuda;
     const std::vector<std::string> found = one_pass_rows(s);
     const std::string family = k.name.substr(0, std::string("bwd_sm80").size());
-    EXPECT_TRUE(std::any_of(found.begin(), found.end(), [&](const std::string& n) { return n.rfind(family, 0) == 0; }))
-        << k.name << ": no one-pass row of its family found for " << s.describe();
+    const bool tma = k.name.find("_tma_") != std::string::npos;
+    EXPECT_TRUE(std::any_of(found.begin(), found.end(), [&](const std::string& n) {
+      return n.rfind(family, 0) == 0 && (n.find("_tma_") != std::string::npos) == tma;
+    })) << k.name << ": no one-pass row of its kind found for " << s.describe();
   }
   if (rows == 0) GTEST_SKIP() << "the build has no one-pass rows";
 }

@@ -391,7 +391,9 @@ __device__ void one_pass_bwd_tile(const BwdParams& p, const KvWorkItem& work, co
     issue_bulk_dq();
   }
   if constexpr (kSplit == 1)
-    if (part.parts > 1 && !gather_split_tile<Traits>(p, part, acc_dk, acc_dv)) return;
+    if (part.parts > 1 &&
+        !gather_split_tile<Traits::kThreads>(p, part, acc_dk, acc_dv, threadIdx.x, [] { __syncthreads(); }))
+      return;
 
   CUTE_UNROLL
   for (int e = 0; e < size(acc_dk); ++e) acc_dk(e) *= p.scale;

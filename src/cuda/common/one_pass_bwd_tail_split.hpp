@@ -42,36 +42,38 @@ __device__ __forceinline__ int load_acquire(const int* count) {
 // A split key tile's dK and dV (tail_split.hpp): every part but the last stores its partial sums
 // in its slot (16 bytes per thread and access, element e of thread t at e / 4 * kThreads + t) and
 // returns false; the last part waits until the others have, adds their sums to its own (in part
-// order) and returns true.
-template <class Traits, class Acc>
-__device__ bool gather_split_tile(const BwdParams& p, const KvTilePart& part, Acc& acc_dk, Acc& acc_dv) {
+// order) and returns true. The kThreads threads that hold the accumulators take part, `tid` this
+// one's index among them; `sync` is their barrier.
+template <int kThreads, class Acc, class Sync>
+__device__ bool gather_split_tile(const BwdParams& p, const KvTilePart& part, Acc& acc_dk, Acc& acc_dv, int tid,
+                                  const Sync& sync) {
   constexpr int kVecs = int(decltype(size(acc_dk))::value) / 4;  // float4s per thread and gradient
   static_assert(decltype(size(acc_dk))::value % 4 == 0);
-  constexpr std::int64_t kSlotVecs = 2 * kVecs * Traits::kThreads;
+  constexpr std::int64_t kSlotVecs = 2 * kVecs * kThreads;
   const std::int64_t tile = part.tile - p.kv_split_first;
-  float4* slots = reinterpret_cast<float4*>(p.kv_split_sums) + tile * (part.parts - 1) * kSlotVecs + threadIdx.x;
+  float4* slots = reinterpret_cast<float4*>(p.kv_split_sums) + tile * (part.parts - 1) * kSlotVecs + tid;
   int* count = p.kv_split_arrivals + tile;
   if (part.part + 1 < part.parts) {
     float4* slot = slots + part.part * kSlotVecs;
     CUTE_UNROLL
     for (int i = 0; i < kVecs; ++i) {
-      __stcg(slot + i * Traits::kThreads,
+      __stcg(slot + i * kThreads,
              make_float4(acc_dk(4 * i), acc_dk(4 * i + 1), acc_dk(4 * i + 2), acc_dk(4 * i + 3)));
-      __stcg(slot + (kVecs + i) * Traits::kThreads,
+      __stcg(slot + (kVecs + i) * kThreads,
              make_float4(acc_dv(4 * i), acc_dv(4 * i + 1), acc_dv(4 * i + 2), acc_dv(4 * i + 3)));
     }
-    __syncthreads();
-    if (threadIdx.x == 0) arrive_release(count);
+    sync();
+    if (tid == 0) arrive_release(count);
     return false;
   }
-  if (threadIdx.x == 0)
+  if (tid == 0)
     while (load_acquire(count) < part.parts - 1) __nanosleep(256);
-  __syncthreads();
+  sync();
   for (int j = 0; j + 1 < part.parts; ++j) {
     const float4* slot = slots + j * kSlotVecs;
     CUTE_UNROLL
     for (int i = 0; i < kVecs; ++i) {
-      const float4 dk = __ldcg(slot + i * Traits::kThreads), dv = __ldcg(slot + (kVecs + i) * Traits::kThreads);
+      const float4 dk = __ldcg(slot + i * kThreads), dv = __ldcg(slot + (kVecs + i) * kThreads);
       acc_dk(4 * i) += dk.x, acc_dk(4 * i + 1) += dk.y, acc_dk(4 * i + 2) += dk.z, acc_dk(4 * i + 3) += dk.w;
       acc_dv(4 * i) += dv.x, acc_dv(4 * i + 1) += dv.y, acc_dv(4 * i + 2) += dv.z, acc_dv(4 * i + 3) += dv.w;
     }

@@ -149,6 +149,16 @@ struct OnePassGmmaKeyRowsGemms : OnePassGmmaCommon {
   __device__ __forceinline__ static void key_grads_from_registers(const MmaDkv& mma, Frag& p_frag, const SmemQt& sdOt,
                                                                   Acc& acc_dv, Frag& ds_frag, const SmemQt& sQt,
                                                                   Acc& acc_dk, int tid) {
+    issue_key_grads_from_registers(mma, p_frag, sdOt, acc_dv, ds_frag, sQt, acc_dk, tid);
+    warpgroup_wait<0>();
+    key_grads_done(p_frag, acc_dv, ds_frag, acc_dk);
+  }
+  // The same issued as one batch, left in flight: key_grads_done after the wait that completes it
+  // (until then the fragments' registers stay as they are).
+  template <class Frag, class SmemQt, class Acc>
+  __device__ __forceinline__ static void issue_key_grads_from_registers(const MmaDkv& mma, Frag& p_frag,
+                                                                        const SmemQt& sdOt, Acc& acc_dv, Frag& ds_frag,
+                                                                        const SmemQt& sQt, Acc& acc_dk, int tid) {
     auto thr = mma.get_thread_slice(tid);
     Tensor a_p = cute::make_tensor(p_frag.data(), gmma_acc_as_a_operand(p_frag.layout()));
     Tensor a_ds = cute::make_tensor(ds_frag.data(), gmma_acc_as_a_operand(ds_frag.layout()));
@@ -162,7 +172,11 @@ struct OnePassGmmaKeyRowsGemms : OnePassGmmaCommon {
     cute::gemm(mma, a_p, b_do, acc_dv);
     cute::gemm(mma, a_ds, b_q, acc_dk);
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
+  }
+  template <class Frag, class Acc>
+  __device__ __forceinline__ static void key_grads_done(Frag& p_frag, Acc& acc_dv, Frag& ds_frag, Acc& acc_dk) {
+    Tensor a_p = cute::make_tensor(p_frag.data(), gmma_acc_as_a_operand(p_frag.layout()));
+    Tensor a_ds = cute::make_tensor(ds_frag.data(), gmma_acc_as_a_operand(ds_frag.layout()));
     warpgroup_fence_operand(acc_dv);
     warpgroup_fence_operand(acc_dk);
     warpgroup_fence_operand(a_p);

@@ -6,30 +6,16 @@
 // once its Q tile's buffer is free (storage.hpp: after the last S GEMM, or after the epilogue).
 #pragma once
 
-#include <cute/arch/copy_sm90_desc.hpp>
-#include <cute/arch/copy_sm90_tma.hpp>
-
 #include <cstdint>
 
 #include "cuda/common/key_tiles.hpp"
 #include "cuda/common/tile_scheduler.hpp"
 #include "cuda/sm90/fwd/params.hpp"
 #include "cuda/sm90/fwd/storage.hpp"
+#include "cuda/sm90/tma_load.hpp"
 #include "cuda/sm90/tma_map.hpp"
 
 namespace memattn::cuda::sm90 {
-
-// One tile of kRows rows of one head: its kCols / kTmaBoxCols column boxes, each a column block of
-// the K-major layout (kRows rows of 128 bytes), completing on `full`.
-template <int kRows, int kCols, class Element>
-__device__ __forceinline__ void load_tile(const CUtensorMap* map, std::uint64_t* full, Element* dst, int row, int head,
-                                          int batch) {
-  constexpr auto kCacheHint = static_cast<std::uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
-  CUTE_UNROLL
-  for (int box = 0; box < kCols / kTmaBoxCols; ++box)
-    cute::SM90_TMA_LOAD_4D::copy(map, full, kCacheHint, dst + box * kRows * kTmaBoxCols, box * kTmaBoxCols, row, head,
-                                 batch);
-}
 
 template <class Traits>
 __device__ void produce(const TmaFwdParams& tp, FwdSharedStorage<Traits>& s) {

@@ -10,7 +10,7 @@
 
 #include <cstddef>
 
-#include "cuda/sm90/fwd/pipeline.hpp"
+#include "cuda/sm90/pipeline.hpp"
 
 namespace memattn::cuda::sm90 {
 

@@ -1,0 +1,67 @@
+// Host side of the Hopper backward: the tensor maps of Q, K, V and dO, the launch between the
+// delta kernel (which zeroes the dQ workspace) and the dQ conversion, and the resource report.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <type_traits>
+
+#include "cuda/common/bwd_launch.hpp"
+#include "cuda/common/fwd_common.hpp"
+#include "cuda/common/launch.hpp"
+#include "cuda/sm90/bwd/kernel.hpp"
+#include "cuda/sm90/tma_map.hpp"
+#include "memattn/status.hpp"
+
+namespace memattn::cuda::sm90 {
+
+template <class Traits>
+constexpr int kBwdSmemBytes = int(sizeof(BwdSharedStorage<Traits>));
+
+// The maps as the producer addresses them: (column, row, head, batch); a box past the sequence's
+// rows or the head dim arrives as zeros (fixed lengths only: select.cpp).
+template <class Traits>
+Status backward_tensor_maps(const BwdParams& p, TmaBwdParams* tp) {
+  constexpr DType kDType = std::is_same_v<typename Traits::Element, cute::bfloat16_t> ? DType::bf16 : DType::f16;
+  if (p.seqstart_q != nullptr)
+    return {StatusCode::internal_error, "sm90 backward: a variable-length problem reached a TMA row"};
+  const TmaTensor q{p.q, kDType, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
+                    p.q_row_stride, p.q_head_stride, p.q_batch_stride};
+  const TmaTensor dout{p.dout, kDType, p.head_dim_v, p.seqlen_q, p.heads_q, p.batch,
+                       p.do_row_stride, p.do_head_stride, p.do_batch_stride};
+  const TmaTensor k{p.k, kDType, p.head_dim, p.seqlen_k, p.heads_k, p.batch,
+                    p.k_row_stride, p.k_head_stride, p.k_batch_stride};
+  const TmaTensor v{p.v, kDType, p.head_dim_v, p.seqlen_k, p.heads_k, p.batch,
+                    p.v_row_stride, p.v_head_stride, p.v_batch_stride};
+  if (Status s = make_tma_map(q, Traits::kBlockM, &tp->q); !s.ok()) return s;
+  if (Status s = make_tma_map(dout, Traits::kBlockM, &tp->dout); !s.ok()) return s;
+  if (Status s = make_tma_map(k, Traits::kBlockN, &tp->k); !s.ok()) return s;
+  return make_tma_map(v, Traits::kBlockN, &tp->v);
+}
+
+template <class Traits, unsigned kFeatures>
+Status launch_backward(const BwdParams& params, cudaStream_t stream) {
+  static_assert(kFeatures == kPlain, "the Hopper backward takes plain problems");
+  static_assert(sizeof(BwdSharedStorage<Traits>) <= kBwdSmemPerCta);
+  BwdParams p = params;
+  p.dq_accum.swizzled = p.dq_accum.ld == Traits::kHeadDim;  // the stage is the workspace's tile
+  TmaBwdParams tp{};
+  tp.p = p;
+  if (Status s = backward_tensor_maps<Traits>(p, &tp); !s.ok()) return s;
+  return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
+    if (p.kv_split_parts > 1) {
+      const std::size_t bytes = std::size_t(p.num_kv_blocks - p.kv_split_first) * sizeof(int);
+      if (Status s = cuda_status(cudaMemsetAsync(p.kv_split_arrivals, 0, bytes, stream), "split tiles' counts"); !s.ok())
+        return s;
+    }
+    return launch_grid(backward_kernel<Traits>, Traits::kThreads, kBwdSmemBytes<Traits>, p.kv_work_items, 0, tp,
+                       stream);
+  });
+}
+
+template <class Traits, unsigned kFeatures>
+Status backward_resources(KernelResources* r) {
+  return resources(backward_kernel<Traits>, Traits::kThreads, kBwdSmemBytes<Traits>, r);
+}
+
+}  // namespace memattn::cuda::sm90

@@ -1,0 +1,149 @@
+// The Hopper backward's consumer warpgroups: for each work item, wait for K and V, then per step
+// (a query tile of one head, as the producer loaded it into the ring):
+//   S^T = K Q^T, then dP^T = V dO^T with P's exponentials issued beside it (exp_scores_part);
+//   P^T and dS^T elementwise (gradient_tile, key rows); dS^T stored for the dQ GEMM;
+//   dV += P^T dO and dK += dS^T Q issued with P^T and dS^T from registers;
+//   one barrier of the consumer threads (every warpgroup's dS^T in), the previous step's dQ issued
+//   as one bulk reduction, and dQ = dS K queued behind dV and dK; the ring buffer released once
+//   dV and dK complete, then dQ staged.
+// A step starts on the ring's barrier instead of a CTA barrier after copies every warp issued
+// (the one-pass rows), and the loads run up to kStages steps ahead. The tensor cores take dV, dK
+// and dQ back to back while the warps wait at the barrier (H100, D = 128, against waiting for dV
+// and dK before it: +2-4%). The dS^T tile and the dQ stage alternate between two buffers, so that
+// one barrier per step orders them: a warpgroup may write the next step's dS^T while the other
+// still reads this one's in its dQ GEMM, and the dQ stage is rewritten two steps after its
+// reduction was issued (its first thread waits for the reduction's reads before the barrier).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include <cstdint>
+
+#include "core/mask.hpp"
+#include "cuda/common/bwd_common.hpp"
+#include "cuda/common/fragments.hpp"
+#include "cuda/common/one_pass_bwd_dq_flush.hpp"
+#include "cuda/sm90/bulk_reduce.hpp"
+#include "cuda/sm90/bwd/epilogue.hpp"
+#include "cuda/sm90/bwd/storage.hpp"
+#include "cuda/sm90/bwd/tile_scheduler.hpp"
+#include "cuda/sm90/gmma.hpp"
+
+namespace memattn::cuda::sm90 {
+
+using namespace cute;
+
+// A staged dQ tile on its way to the workspace: one bulk reduction where the workspace's rows are
+// the tile's width (its tile is one block, laid out as the stage), else one per row.
+struct StagedDq {
+  float* dst = nullptr;
+  int rows = 0;  // 0: nothing staged
+  int buf = 0;
+  template <int kHeadDim>
+  __device__ __forceinline__ void issue(const float* stage, std::int64_t ld) const {
+    if (rows == 0) return;
+    if (ld == kHeadDim) {
+      bulk_reduce_add(dst, stage, rows * kHeadDim * int(sizeof(float)));
+    } else {
+      for (int r = 0; r < rows; ++r) bulk_reduce_add(dst + r * ld, stage + r * kHeadDim, int(ld * sizeof(float)));
+    }
+  }
+};
+
+// ctid: the thread's index among the consumer threads.
+template <class Traits>
+__device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int ctid) {
+  using Element = typename Traits::Element;
+  using Gemms = typename Traits::Gemms;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  constexpr int kSlicesK = kHeadDim / 16;  // k16 slices of the S^T and dP^T GEMMs
+  const auto tile_s = make_shape(Int<kBlockN>{}, Int<kBlockM>{});  // keys x queries
+  const auto tile_kv = make_shape(Int<kBlockN>{}, Int<kHeadDim>{});
+  const auto tile_dq = make_shape(Int<kBlockM>{}, Int<kHeadDim>{});
+  typename Traits::MmaSdp mma_sdp;
+  typename Traits::MmaDkv mma_dkv;
+  typename Traits::MmaDq mma_dq;
+  const Tensor sK = cute::make_tensor(make_smem_ptr(s.k), typename Traits::SmemLayoutKV{});
+  const Tensor sV = cute::make_tensor(make_smem_ptr(s.v), typename Traits::SmemLayoutKV{});
+  const Tensor sKt = cute::make_tensor(make_smem_ptr(s.k), typename Traits::SmemLayoutKt{});
+  const Tensor coord_s = mma_sdp.get_thread_slice(ctid).partition_C(make_identity_tensor(tile_s));
+  const Tensor coord_dq = mma_dq.get_thread_slice(ctid).partition_C(make_identity_tensor(tile_dq));
+  auto ds_store = make_tiled_copy_C(typename Traits::Tiles::RegToSmemAtom{}, mma_sdp);
+  auto ds_store_thr = ds_store.get_thread_slice(ctid);
+  RingPosition<1> kv_at;
+  RingPosition<Traits::kStages> q_at;
+
+  for (std::int64_t index = blockIdx.x; index < p.kv_work_items; index += gridDim.x) {
+    KvTilePart part;
+    KvWorkItem work;
+    SequenceInfo seq;
+    KeyTileSteps<kBlockM> t;
+    if (!work_item<kBlockM, kBlockN>(p, index, &part, &work, &seq, &t)) continue;
+    const detail::MaskRule rule = mask_rule(p, seq);
+    Tensor acc_dk = partition_fragment_C(mma_dkv, tile_kv);
+    Tensor acc_dv = partition_fragment_C(mma_dkv, tile_kv);
+    clear(acc_dk);
+    clear(acc_dv);
+    StagedDq staged;
+    s.kv_barriers.wait(kv_at);
+
+    StepPos at = t.start();
+    for (int step = 0; step < t.count; ++step, at = t.after(at)) {
+      const int buf = step & 1;
+      const int rows = int(min(std::int64_t(kBlockM), seq.q_len - at.m0));
+      const float* lse2 = s.lse2[q_at.stage];
+      const float* delta = s.delta[q_at.stage];
+      const Tensor sQ = cute::make_tensor(make_smem_ptr(s.q[q_at.stage]), typename Traits::SmemLayoutQ{});
+      const Tensor sQt = cute::make_tensor(make_smem_ptr(s.q[q_at.stage]), typename Traits::SmemLayoutQt{});
+      const Tensor sdO = cute::make_tensor(make_smem_ptr(s.dout[q_at.stage]), typename Traits::SmemLayoutQ{});
+      const Tensor sdOt = cute::make_tensor(make_smem_ptr(s.dout[q_at.stage]), typename Traits::SmemLayoutQt{});
+      Tensor sdSt = cute::make_tensor(make_smem_ptr(s.ds[buf]), typename Traits::SmemLayoutPt{});
+      const Tensor sdS = cute::make_tensor(make_smem_ptr(s.ds[buf]), typename Traits::SmemLayoutP{});
+
+      Tensor acc_s = partition_fragment_C(mma_sdp, tile_s);
+      Tensor acc_dp = partition_fragment_C(mma_sdp, tile_s);
+      clear(acc_s);
+      clear(acc_dp);
+      s.q_barriers.wait(q_at);
+      Gemms::template scores<kSlicesK>(
+          mma_sdp, sQ, sK, acc_s, sdO, sV, acc_dp, ctid, [](int) {},
+          [&](int kk) { exp_scores_part<kSlicesK, ScoreRows::keys>(acc_s, coord_s, lse2, p.scale_log2, kk); });
+      const TileOrigin origin{work.b, at.h, at.m0, t.n0, seq.q_len, seq.k_len};
+      const bool masked =
+          t.n0 + kBlockN > seq.k_len || !rule.tile_visible(at.m0, at.m0 + rows, t.n0, t.n0 + kBlockN);
+      gradient_tile<Element, kPlain, ScoreRows::keys, Dbias::write, ScoresIn::probabilities>(
+          p, rule, origin, masked, acc_s, acc_dp, coord_s, lse2, delta);
+      Tensor p_frag = convert_fragment<Element>(acc_s);
+      Tensor ds_frag = convert_fragment<Element>(acc_dp);
+      copy(ds_store, ds_store_thr.retile_S(ds_frag), ds_store_thr.partition_D(sdSt));
+      publish_smem_writes();
+      // dV and dK in flight while the warpgroups meet; dQ queued behind them on the tensor cores.
+      Gemms::issue_key_grads_from_registers(mma_dkv, p_frag, sdOt, acc_dv, ds_frag, sQt, acc_dk, ctid);
+      if (ctid == 0) wait_bulk_reads();  // the reduction issued a step ago has read this step's stage
+      consumers_sync<Traits>();          // every warpgroup's dS^T is in; the last step's dQ is staged
+      if (ctid == 0) staged.template issue<kHeadDim>(s.dq[staged.buf], p.dq_accum.ld);
+      Tensor acc_dq = partition_fragment_C(mma_dq, tile_dq);
+      clear(acc_dq);
+      gmma_issue(mma_dq, sdS, sKt, acc_dq, ctid);
+      warpgroup_wait<1>();  // dV and dK
+      Gemms::key_grads_done(p_frag, acc_dv, ds_frag, acc_dk);
+      s.q_barriers.release(q_at);  // Q, dO and the statistics read
+      q_at.advance();
+      gmma_complete(acc_dq);
+      const bool swizzled = p.dq_accum.ld == kHeadDim;  // the launch's condition for GradAccum::swizzled
+      stage_fragment(acc_dq, coord_dq, s.dq[buf], kHeadDim, 0,
+                     stage_swizzle(coord_dq, int((seq.q_begin + at.m0) & 7), swizzled));
+      publish_smem_writes();
+      staged = {accum_row(p.dq_accum, seq.batch, seq.q_begin + at.m0, at.h), rows, buf};
+    }
+    consumers_sync<Traits>();  // the last step's dQ is staged; every wgmma read of K and V is done
+    if (ctid == 0) staged.template issue<kHeadDim>(s.dq[staged.buf], p.dq_accum.ld);
+    write_key_grads<Traits>(p, s, seq, work, t, part, acc_dk, acc_dv, ctid);
+    publish_smem_writes();  // the next K and V arrive by TMA over the tiles these threads wrote
+    s.kv_barriers.release(kv_at);
+    kv_at.advance();
+  }
+  if (ctid == 0) wait_bulk_reads();  // the stage stays valid until the last reduction has read it
+}
+
+}  // namespace memattn::cuda::sm90

@@ -1,0 +1,32 @@
+// The Hopper backward's shared memory: K and V (one work item's), the ring of Q, dO and row
+// statistics, two dS^T tiles and two dQ stages (a step writes one while the other is still read:
+// by the previous step's dQ GEMM, and by its bulk reduction), and the barriers. Every tile starts
+// at a 1024-byte boundary, the period of the 128-byte swizzle that TMA writes and wgmma reads.
+#pragma once
+
+#include <cstddef>
+
+#include "cuda/sm90/pipeline.hpp"
+
+namespace memattn::cuda::sm90 {
+
+template <class Traits>
+struct BwdSharedStorage {
+  using Element = typename Traits::Element;
+  static constexpr int kStages = Traits::kStages;
+  alignas(1024) Element k[Traits::kTileElemsKV];
+  alignas(1024) Element v[Traits::kTileElemsKV];
+  alignas(1024) Element q[kStages][Traits::kTileElemsQ];
+  alignas(1024) Element dout[kStages][Traits::kTileElemsQ];
+  alignas(1024) Element ds[2][Traits::kTileElemsP];
+  // Laid out as the dQ workspace's tile (GradAccum::swizzled), so that it leaves by one bulk reduction.
+  alignas(1024) float dq[2][Traits::kBlockM * Traits::kHeadDim];
+  float lse2[kStages][Traits::kBlockM];  // staged_lse, +inf past the sequence's rows
+  float delta[kStages][Traits::kBlockM];
+  RingBarriers<1> kv_barriers;
+  RingBarriers<kStages> q_barriers;  // Q and dO by TMA, the statistics by the producer warp's lanes
+};
+
+inline constexpr std::size_t kBwdSmemPerCta = 227 * 1024;
+
+}  // namespace memattn::cuda::sm90

@@ -1,0 +1,68 @@
+// The Hopper family's pipelines (sm90/fwd/, sm90/bwd/): shared-memory buffers that a producer's TMA
+// loads fill and the consumer warpgroups read, each guarded by a pair of mbarriers. `full`
+// completes when the buffer's bytes have landed (the producer's arrival announces them, the copies
+// complete them) and every other producer arrival it counts has come (a producer warp's lanes that
+// stored what TMA does not load); `empty` when every consumer thread has arrived after its last
+// read. Each role keeps its own position in the ring (RingPosition) and waits on the parity of the
+// phase it expects.
+#pragma once
+
+#include <cutlass/arch/barrier.h>
+
+#include <cstdint>
+
+namespace memattn::cuda::sm90 {
+
+using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+using EmptyBarrier = cutlass::arch::ClusterBarrier;
+
+// A buffer's place in a ring of kStages and the phase of its barriers this round.
+template <int kStages>
+struct RingPosition {
+  int stage = 0;
+  std::uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+template <int kStages>
+struct RingBarriers {
+  std::uint64_t full[kStages];
+  std::uint64_t empty[kStages];
+
+  // By one thread, before the CTA's first barrier. producer_arrivals: the arrivals that complete
+  // `full` beside the copies (the one that announces their bytes, and any plain ones).
+  __device__ void init(int consumer_threads, int producer_arrivals = 1) {
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&full[s], producer_arrivals);
+      EmptyBarrier::init(&empty[s], consumer_threads);
+    }
+  }
+
+  // Producer: waits until the consumers have released the buffer at `at` (the first round passes:
+  // its preceding phase counts as complete).
+  __device__ __forceinline__ void wait_free(const RingPosition<kStages>& at) {
+    EmptyBarrier::wait(&empty[at.stage], at.phase ^ 1);
+  }
+  // Producer, once the buffer is free: announces `bytes` to come and gives the barrier the copies
+  // complete.
+  __device__ __forceinline__ std::uint64_t* expect(const RingPosition<kStages>& at, std::uint32_t bytes) {
+    FullBarrier::arrive_and_expect_tx(&full[at.stage], bytes);
+    return &full[at.stage];
+  }
+  // A producer thread's plain arrival, after its shared-memory stores into the buffer (release).
+  __device__ __forceinline__ void arrive(const RingPosition<kStages>& at) { FullBarrier::arrive(&full[at.stage]); }
+  __device__ __forceinline__ std::uint64_t* acquire(const RingPosition<kStages>& at, std::uint32_t bytes) {
+    wait_free(at);
+    return expect(at, bytes);
+  }
+  // Consumers: wait for the buffer's bytes, then release it after the last read.
+  __device__ __forceinline__ void wait(const RingPosition<kStages>& at) { FullBarrier::wait(&full[at.stage], at.phase); }
+  __device__ __forceinline__ void release(const RingPosition<kStages>& at) { EmptyBarrier::arrive(&empty[at.stage]); }
+};
+
+}  // namespace memattn::cuda::sm90
