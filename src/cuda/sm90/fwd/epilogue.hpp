@@ -40,15 +40,17 @@ __device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorag
   softmax.finalize(acc_o_rc, 1.0f, lse);
   write_lse(p, seq, h, m0, rows, lse, rowcol(thr_o.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kHeadDim>{})))));
 
-  // The last reads of this warpgroup's rows of the output tile (the previous work item's stores)
-  // are behind it: a wgmma is executed by the warpgroup's 128 threads collectively, and every one
-  // of them has issued this item's since.
+  // The warpgroup's barrier orders its threads' last reads of its rows of the output tile (the
+  // previous work item's stores) before these writes. (The warpgroup's wgmma, which all its
+  // threads have issued since, orders them too, but compute-sanitizer's racecheck does not see
+  // that: with several items per CTA it reported the stores' reads against these writes.)
   Tensor sO = cute::make_tensor(make_smem_ptr(s.output()), typename Traits::SmemLayoutQ{});
   using Tiles = SwizzledTiles<Element, Traits::kWarpgroupThreads>;
   auto r2s = make_tiled_copy_C(typename Tiles::RegToSmemAtom{}, mma_o);
   auto r2s_thr = r2s.get_thread_slice(ctid);
-  copy(r2s, r2s_thr.retile_S(convert_fragment<Element>(acc_o)), r2s_thr.partition_D(sO));
   const int wg = ctid / Traits::kWarpgroupThreads;
+  cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, kWarpgroupBarrier + wg);
+  copy(r2s, r2s_thr.retile_S(convert_fragment<Element>(acc_o)), r2s_thr.partition_D(sO));
   cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, kWarpgroupBarrier + wg);
 
   const auto tile = make_shape(Int<kWarpgroupRows>{}, Int<kHeadDim>{});
