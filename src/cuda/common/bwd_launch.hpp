@@ -115,6 +115,13 @@ Status backward_prologue(const BwdParams& p, UnusedKeys unused_keys, cudaStream_
   return cuda_status(cudaGetLastError(), "backward preprocessing");
 }
 
+// The one-pass rows' split tiles (tail_split.hpp): their parts' arrival counts zeroed before the launch.
+inline Status clear_split_counts(const BwdParams& p, cudaStream_t stream) {
+  if (p.kv_split_parts <= 1) return Status::Ok();
+  const std::size_t bytes = std::size_t(p.num_kv_blocks - p.kv_split_first) * sizeof(int);
+  return cuda_status(cudaMemsetAsync(p.kv_split_arrivals, 0, bytes, stream), "split tiles' counts");
+}
+
 // After them: dbias summed over its broadcast dimensions.
 template <class Element>
 Status backward_epilogue(const BwdParams& p, cudaStream_t stream) {

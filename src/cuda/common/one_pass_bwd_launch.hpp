@@ -20,11 +20,7 @@ Status launch_backward_one_pass(const BwdParams& params, cudaStream_t stream) {
   BwdParams p = params;
   p.dq_accum.swizzled = Traits::Gemms::kBulkDq && p.dq_accum.ld == Traits::kHeadDim;
   return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
-    if (p.kv_split_parts > 1) {
-      const std::size_t bytes = std::size_t(p.num_kv_blocks - p.kv_split_first) * sizeof(int);
-      if (Status s = cuda_status(cudaMemsetAsync(p.kv_split_arrivals, 0, bytes, stream), "split tiles' counts"); !s.ok())
-        return s;
-    }
+    if (Status s = clear_split_counts(p, stream); !s.ok()) return s;
     return launch_split(one_pass_bwd_kernel<Traits, kFeatures>, Traits::kThreads, kOnePassBwdSmemBytes<Traits, kFeatures>,
                         Traits::kHeadSplit, p.kv_work_items, 0, p, stream);
   });

@@ -45,7 +45,7 @@ __device__ __forceinline__ int load_acquire(const int* count) {
 // order) and returns true. The kThreads threads that hold the accumulators take part, `tid` this
 // one's index among them; `sync` is their barrier.
 template <int kThreads, class Acc, class Sync>
-__device__ bool gather_split_tile(const BwdParams& p, const KvTilePart& part, Acc& acc_dk, Acc& acc_dv, int tid,
+__device__ bool gather_split_tile(const BwdParams& p, const KvTilePart& part, Acc& acc_dk, Acc& acc_dv, unsigned tid,
                                   const Sync& sync) {
   constexpr int kVecs = int(decltype(size(acc_dk))::value) / 4;  // float4s per thread and gradient
   static_assert(decltype(size(acc_dk))::value % 4 == 0);

@@ -58,21 +58,20 @@ __device__ __forceinline__ void store_warpgroup_rows(const Frag& frag, typename 
 // After every consumer's last read of K and V (the caller's barrier).
 template <class Traits, class Acc>
 __device__ __forceinline__ void write_key_grads(const BwdParams& p, BwdSharedStorage<Traits>& s,
-                                                const SequenceInfo& seq, const KvWorkItem& work,
-                                                const KeyTileSteps<Traits::kBlockM>& t, const KvTilePart& part,
-                                                Acc& acc_dk, Acc& acc_dv, int ctid) {
+                                                const BwdWorkItem<Traits::kBlockM>& w, Acc& acc_dk, Acc& acc_dv,
+                                                int ctid) {
   using Element = typename Traits::Element;
-  if (part.parts > 1 &&
-      !gather_split_tile<Traits::kConsumerThreads>(p, part, acc_dk, acc_dv, ctid, consumers_sync<Traits>))
+  if (w.part.parts > 1 &&
+      !gather_split_tile<Traits::kConsumerThreads>(p, w.part, acc_dk, acc_dv, unsigned(ctid), consumers_sync<Traits>))
     return;
   CUTE_UNROLL
   for (int e = 0; e < size(acc_dk); ++e) acc_dk(e) *= p.scale;
   const int wg = ctid / Traits::kWarpgroupThreads;
-  const std::int64_t row = seq.k_begin + t.n0 + 64 * wg;
-  const int rows = t.keys - 64 * wg;
-  store_warpgroup_rows<Traits>(convert_fragment<Element>(acc_dk), s.k, dk_at<Element>(p, seq.batch, row, work.hk),
+  const std::int64_t row = w.seq.k_begin + w.steps.n0 + 64 * wg;
+  const int rows = w.steps.keys - 64 * wg;
+  store_warpgroup_rows<Traits>(convert_fragment<Element>(acc_dk), s.k, dk_at<Element>(p, w.seq.batch, row, w.tile.hk),
                                p.dk_row_stride, rows, p.head_dim, ctid);
-  store_warpgroup_rows<Traits>(convert_fragment<Element>(acc_dv), s.v, dv_at<Element>(p, seq.batch, row, work.hk),
+  store_warpgroup_rows<Traits>(convert_fragment<Element>(acc_dv), s.v, dv_at<Element>(p, w.seq.batch, row, w.tile.hk),
                                p.dv_row_stride, rows, p.head_dim_v, ctid);
 }
 

@@ -49,11 +49,7 @@ Status launch_backward(const BwdParams& params, cudaStream_t stream) {
   tp.p = p;
   if (Status s = backward_tensor_maps<Traits>(p, &tp); !s.ok()) return s;
   return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
-    if (p.kv_split_parts > 1) {
-      const std::size_t bytes = std::size_t(p.num_kv_blocks - p.kv_split_first) * sizeof(int);
-      if (Status s = cuda_status(cudaMemsetAsync(p.kv_split_arrivals, 0, bytes, stream), "split tiles' counts"); !s.ok())
-        return s;
-    }
+    if (Status s = clear_split_counts(p, stream); !s.ok()) return s;
     return launch_grid(backward_kernel<Traits>, Traits::kThreads, kBwdSmemBytes<Traits>, p.kv_work_items, 0, tp,
                        stream);
   });

@@ -73,12 +73,9 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
   RingPosition<1> kv_at;
   RingPosition<Traits::kStages> q_at;
 
-  for (std::int64_t index = blockIdx.x; index < p.kv_work_items; index += gridDim.x) {
-    KvTilePart part;
-    KvWorkItem work;
-    SequenceInfo seq;
-    KeyTileSteps<kBlockM> t;
-    if (!work_item<kBlockM, kBlockN>(p, index, &part, &work, &seq, &t)) continue;
+  for_each_work_item<kBlockM, kBlockN>(p, [&](const BwdWorkItem<kBlockM>& w) {
+    const SequenceInfo& seq = w.seq;
+    const KeyTileSteps<kBlockM>& t = w.steps;
     const detail::MaskRule rule = mask_rule(p, seq);
     Tensor acc_dk = partition_fragment_C(mma_dkv, tile_kv);
     Tensor acc_dv = partition_fragment_C(mma_dkv, tile_kv);
@@ -108,7 +105,7 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
       Gemms::template scores<kSlicesK>(
           mma_sdp, sQ, sK, acc_s, sdO, sV, acc_dp, ctid, [](int) {},
           [&](int kk) { exp_scores_part<kSlicesK, ScoreRows::keys>(acc_s, coord_s, lse2, p.scale_log2, kk); });
-      const TileOrigin origin{work.b, at.h, at.m0, t.n0, seq.q_len, seq.k_len};
+      const TileOrigin origin{w.tile.b, at.h, at.m0, t.n0, seq.q_len, seq.k_len};
       const bool masked =
           t.n0 + kBlockN > seq.k_len || !rule.tile_visible(at.m0, at.m0 + rows, t.n0, t.n0 + kBlockN);
       gradient_tile<Element, kPlain, ScoreRows::keys, Dbias::write, ScoresIn::probabilities>(
@@ -138,11 +135,11 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
     }
     consumers_sync<Traits>();  // the last step's dQ is staged; every wgmma read of K and V is done
     if (ctid == 0) staged.template issue<kHeadDim>(s.dq[staged.buf], p.dq_accum.ld);
-    write_key_grads<Traits>(p, s, seq, work, t, part, acc_dk, acc_dv, ctid);
+    write_key_grads<Traits>(p, s, w, acc_dk, acc_dv, ctid);
     publish_smem_writes();  // the next K and V arrive by TMA over the tiles these threads wrote
     s.kv_barriers.release(kv_at);
     kv_at.advance();
-  }
+  });
   if (ctid == 0) wait_bulk_reads();  // the stage stays valid until the last reduction has read it
 }
 

@@ -27,18 +27,13 @@ __device__ void produce_keys(const TmaBwdParams& tp, BwdSharedStorage<Traits>& s
   cute::prefetch_tma_descriptor(&tp.k);
   cute::prefetch_tma_descriptor(&tp.v);
   RingPosition<1> kv_at;
-  for (std::int64_t index = blockIdx.x; index < p.kv_work_items; index += gridDim.x) {
-    KvTilePart part;
-    KvWorkItem work;
-    SequenceInfo seq;
-    KeyTileSteps<kBlockM> t;
-    if (!work_item<kBlockM, kBlockN>(p, index, &part, &work, &seq, &t)) continue;
+  for_each_work_item<kBlockM, kBlockN>(p, [&](const BwdWorkItem<kBlockM>& w) {
     std::uint64_t* full = s.kv_barriers.acquire(kv_at, 2 * Traits::kTileBytesKV);
-    const int row = int(seq.k_begin + t.n0);
-    load_tile<kBlockN, kHeadDim>(&tp.k, full, s.k, row, work.hk, int(seq.batch));
-    load_tile<kBlockN, kHeadDim>(&tp.v, full, s.v, row, work.hk, int(seq.batch));
+    const int row = int(w.seq.k_begin + w.steps.n0);
+    load_tile<kBlockN, kHeadDim>(&tp.k, full, s.k, row, w.tile.hk, int(w.seq.batch));
+    load_tile<kBlockN, kHeadDim>(&tp.v, full, s.v, row, w.tile.hk, int(w.seq.batch));
     kv_at.advance();
-  }
+  });
 }
 
 // Each step's Q, dO (TMA, by the first lane) and row statistics (all lanes), by the producer
@@ -53,12 +48,9 @@ __device__ void produce_queries(const TmaBwdParams& tp, BwdSharedStorage<Traits>
     cute::prefetch_tma_descriptor(&tp.dout);
   }
   RingPosition<Traits::kStages> q_at;
-  for (std::int64_t index = blockIdx.x; index < p.kv_work_items; index += gridDim.x) {
-    KvTilePart part;
-    KvWorkItem work;
-    SequenceInfo seq;
-    KeyTileSteps<kBlockM> t;
-    if (!work_item<kBlockM, kBlockN>(p, index, &part, &work, &seq, &t)) continue;
+  for_each_work_item<kBlockM, kBlockN>(p, [&](const BwdWorkItem<kBlockM>& w) {
+    const SequenceInfo& seq = w.seq;
+    const KeyTileSteps<kBlockM>& t = w.steps;
     StepPos at = t.start();
     for (int step = 0; step < t.count; ++step, at = t.after(at)) {
       const int stage = q_at.stage;
@@ -79,7 +71,7 @@ __device__ void produce_queries(const TmaBwdParams& tp, BwdSharedStorage<Traits>
       s.q_barriers.arrive(q_at);
       q_at.advance();
     }
-  }
+  });
 }
 
 }  // namespace memattn::cuda::sm90
