@@ -66,10 +66,7 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
   const Tensor sK = cute::make_tensor(make_smem_ptr(s.k), typename Traits::SmemLayoutKV{});
   const Tensor sV = cute::make_tensor(make_smem_ptr(s.v), typename Traits::SmemLayoutKV{});
   const Tensor sKt = cute::make_tensor(make_smem_ptr(s.k), typename Traits::SmemLayoutKt{});
-  const Tensor coord_s = mma_sdp.get_thread_slice(ctid).partition_C(make_identity_tensor(tile_s));
-  const Tensor coord_dq = mma_dq.get_thread_slice(ctid).partition_C(make_identity_tensor(tile_dq));
   auto ds_store = make_tiled_copy_C(typename Traits::Tiles::RegToSmemAtom{}, mma_sdp);
-  auto ds_store_thr = ds_store.get_thread_slice(ctid);
   RingPosition<1> kv_at;
   RingPosition<Traits::kStages> q_at;
 
@@ -87,6 +84,13 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
     StepPos at = t.start();
     for (int step = 0; step < t.count; ++step, at = t.after(at)) {
       const int buf = step & 1;
+      // Everything derived from the thread index is rebuilt each step from an opaque copy of it,
+      // so that no per-thread coordinates or addresses stay live across the steps (registers).
+      const int tid = opaque(ctid);
+      __builtin_assume(tid >= 0 && tid < Traits::kConsumerThreads);
+      const Tensor coord_s = mma_sdp.get_thread_slice(tid).partition_C(make_identity_tensor(tile_s));
+      const Tensor coord_dq = mma_dq.get_thread_slice(tid).partition_C(make_identity_tensor(tile_dq));
+      auto ds_store_thr = ds_store.get_thread_slice(tid);
       const int rows = int(min(std::int64_t(kBlockM), seq.q_len - at.m0));
       const float* lse2 = s.lse2[q_at.stage];
       const float* delta = s.delta[q_at.stage];
@@ -103,7 +107,7 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
       clear(acc_dp);
       s.q_barriers.wait(q_at);
       Gemms::template scores<kSlicesK>(
-          mma_sdp, sQ, sK, acc_s, sdO, sV, acc_dp, ctid, [](int) {},
+          mma_sdp, sQ, sK, acc_s, sdO, sV, acc_dp, tid, [](int) {},
           [&](int kk) { exp_scores_part<kSlicesK, ScoreRows::keys>(acc_s, coord_s, lse2, p.scale_log2, kk); });
       const TileOrigin origin{w.tile.b, at.h, at.m0, t.n0, seq.q_len, seq.k_len};
       const bool masked =
@@ -115,13 +119,13 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
       copy(ds_store, ds_store_thr.retile_S(ds_frag), ds_store_thr.partition_D(sdSt));
       publish_smem_writes();
       // dV and dK in flight while the warpgroups meet; dQ queued behind them on the tensor cores.
-      Gemms::issue_key_grads_from_registers(mma_dkv, p_frag, sdOt, acc_dv, ds_frag, sQt, acc_dk, ctid);
-      if (ctid == 0) wait_bulk_reads();  // the reduction issued a step ago has read this step's stage
+      Gemms::issue_key_grads_from_registers(mma_dkv, p_frag, sdOt, acc_dv, ds_frag, sQt, acc_dk, tid);
+      if (tid == 0) wait_bulk_reads();  // the reduction issued a step ago has read this step's stage
       consumers_sync<Traits>();          // every warpgroup's dS^T is in; the last step's dQ is staged
-      if (ctid == 0) staged.template issue<kHeadDim>(s.dq[staged.buf], p.dq_accum.ld);
+      if (tid == 0) staged.template issue<kHeadDim>(s.dq[staged.buf], p.dq_accum.ld);
       Tensor acc_dq = partition_fragment_C(mma_dq, tile_dq);
       clear(acc_dq);
-      gmma_issue(mma_dq, sdS, sKt, acc_dq, ctid);
+      gmma_issue(mma_dq, sdS, sKt, acc_dq, tid);
       warpgroup_wait<1>();  // dV and dK
       Gemms::key_grads_done(p_frag, acc_dv, ds_frag, acc_dk);
       s.q_barriers.release(q_at);  // Q, dO and the statistics read
