@@ -273,9 +273,10 @@ SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 192: 0, 256:
 # 454; but S = 512 246 -> 237, causal 153 -> 144 (few steps per key tile leave the prologue
 # exposed): from 1024 queries per key, where they break even (S = 1024 326 vs 327, causal 229 vs
 # 232; S = 1536 371 vs 358, causal S = 2048 317 vs 310, causal S = 4096 394 vs 380), the wgmma row
-# below that. Not at D = 64: 128 x 128 ran
+# below that. The per-step thread index (mainloop.hpp) then +2-5%. Not at D = 64: 128 x 128 ran
 # within 2% of the wgmma row (S = 2048 317 vs 317, S = 8192 365 vs 368, causal 334 vs 339; 336
-# bytes of spills at 240 registers), 64 x 128 2-15% behind it.
+# bytes of spills at 240 registers; again within 1% with the per-step thread index, 332 bytes),
+# 64 x 128 2-15% behind it.
 SM90_BACKWARD_TMA_TILES = {128: (64, 128, 2, 1024)}
 # The same with a bias tile (as SM80_BACKWARD_FUSED_BIAS_TILES: the step's bias by cp.async, dS back
 # through it for dbias). H100, bf16, dense bias, CLI against the sm80 bias rows: D = 128 S = 2048
