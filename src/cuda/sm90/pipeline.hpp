@@ -9,9 +9,13 @@
 
 #include <cutlass/arch/barrier.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace memattn::cuda::sm90 {
+
+// The shared memory a CTA may take on Hopper (the opt-in limit), which the rings and tiles share.
+inline constexpr std::size_t kSmemPerCta = 227 * 1024;
 
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
 using EmptyBarrier = cutlass::arch::ClusterBarrier;

@@ -1,7 +1,7 @@
 // The Hopper backward's epilogue, per work item: a split tile's parts meet (gather_split_tile),
 // then each consumer warpgroup writes its own 64 keys' dK (scaled) and dV through the K and V
-// tiles' shared memory, so that global stores are 16-byte row segments; the tiles are then
-// released to the producer for the next item's K and V.
+// tiles' shared memory (store_warpgroup_rows); the tiles are then released to the producer for
+// the next item's K and V.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -16,6 +16,7 @@
 #include "cuda/sm90/bwd/storage.hpp"
 #include "cuda/sm90/bwd/tile_scheduler.hpp"
 #include "cuda/sm90/gmma.hpp"
+#include "cuda/sm90/warpgroup_store.hpp"
 
 namespace memattn::cuda::sm90 {
 
@@ -31,30 +32,6 @@ __device__ __forceinline__ void consumers_sync() {
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kConsumersBarrier);
 }
 
-// One gradient's 64 x kHeadDim rows of warpgroup `wg` from its fragment, through `smem` (a K-major
-// tile no wgmma reads any more), to `gmem_rows` (rows and columns past the tensor's not written).
-template <class Traits, class Frag>
-__device__ __forceinline__ void store_warpgroup_rows(const Frag& frag, typename Traits::Element* smem,
-                                                     typename Traits::Element* gmem_rows, std::int64_t row_stride,
-                                                     int rows, int cols, int ctid) {
-  using Element = typename Traits::Element;
-  constexpr int kWarpgroupRows = 64;
-  typename Traits::MmaDkv mma;
-  Tensor sT = cute::make_tensor(make_smem_ptr(smem), typename Traits::SmemLayoutKV{});
-  auto r2s = make_tiled_copy_C(typename Traits::Tiles::RegToSmemAtom{}, mma);
-  auto r2s_thr = r2s.get_thread_slice(ctid);
-  copy(r2s, r2s_thr.retile_S(frag), r2s_thr.partition_D(sT));
-  const int wg = ctid / Traits::kWarpgroupThreads;
-  cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, kBwdWarpgroupBarrier + wg);
-  const auto tile = make_shape(Int<kWarpgroupRows>{}, Int<Traits::kHeadDim>{});
-  const Tensor sT_wg = local_tile(sT, tile, make_coord(wg, 0));
-  Tensor gT = cute::make_tensor(make_gmem_ptr(gmem_rows), tile, make_stride(row_stride, _1{}));
-  typename Traits::Tiles::StoreCopy store;
-  auto store_thr = store.get_thread_slice(ctid % Traits::kWarpgroupThreads);
-  store_predicated(store, store_thr.partition_S(sT_wg), store_thr.partition_D(gT),
-                   store_thr.partition_S(make_identity_tensor(tile)), rows, cols);
-}
-
 // After every consumer's last read of K and V (the caller's barrier).
 template <class Traits, class Acc>
 __device__ __forceinline__ void write_key_grads(const BwdParams& p, BwdSharedStorage<Traits>& s,
@@ -67,12 +44,15 @@ __device__ __forceinline__ void write_key_grads(const BwdParams& p, BwdSharedSto
   CUTE_UNROLL
   for (int e = 0; e < size(acc_dk); ++e) acc_dk(e) *= p.scale;
   const int wg = ctid / Traits::kWarpgroupThreads;
-  const std::int64_t row = w.seq.k_begin + w.steps.n0 + 64 * wg;
-  const int rows = w.steps.keys - 64 * wg;
-  store_warpgroup_rows<Traits>(convert_fragment<Element>(acc_dk), s.k, dk_at<Element>(p, w.seq.batch, row, w.tile.hk),
-                               p.dk_row_stride, rows, p.head_dim, ctid);
-  store_warpgroup_rows<Traits>(convert_fragment<Element>(acc_dv), s.v, dv_at<Element>(p, w.seq.batch, row, w.tile.hk),
-                               p.dv_row_stride, rows, p.head_dim_v, ctid);
+  const std::int64_t row = w.seq.k_begin + w.steps.n0 + kWarpgroupRows * wg;
+  const int rows = w.steps.keys - kWarpgroupRows * wg;
+  typename Traits::MmaDkv mma;
+  const Tensor sK = cute::make_tensor(make_smem_ptr(s.k), typename Traits::SmemLayoutKV{});
+  const Tensor sV = cute::make_tensor(make_smem_ptr(s.v), typename Traits::SmemLayoutKV{});
+  store_warpgroup_rows(mma, convert_fragment<Element>(acc_dk), sK, dk_at<Element>(p, w.seq.batch, row, w.tile.hk),
+                       p.dk_row_stride, rows, p.head_dim, ctid, kBwdWarpgroupBarrier + wg);
+  store_warpgroup_rows(mma, convert_fragment<Element>(acc_dv), sV, dv_at<Element>(p, w.seq.batch, row, w.tile.hk),
+                       p.dv_row_stride, rows, p.head_dim_v, ctid, kBwdWarpgroupBarrier + wg);
 }
 
 }  // namespace memattn::cuda::sm90

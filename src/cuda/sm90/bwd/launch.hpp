@@ -42,7 +42,7 @@ Status backward_tensor_maps(const BwdParams& p, TmaBwdParams* tp) {
 template <class Traits, unsigned kFeatures>
 Status launch_backward(const BwdParams& params, cudaStream_t stream) {
   static_assert(kFeatures == kPlain, "the Hopper backward takes plain problems");
-  static_assert(sizeof(BwdSharedStorage<Traits>) <= kBwdSmemPerCta);
+  static_assert(sizeof(BwdSharedStorage<Traits>) <= kSmemPerCta);
   BwdParams p = params;
   p.dq_accum.swizzled = p.dq_accum.ld == Traits::kHeadDim;  // the stage is the workspace's tile
   TmaBwdParams tp{};

@@ -120,7 +120,7 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
       publish_smem_writes();
       // dV and dK in flight while the warpgroups meet; dQ queued behind them on the tensor cores.
       Gemms::issue_key_grads_from_registers(mma_dkv, p_frag, sdOt, acc_dv, ds_frag, sQt, acc_dk, tid);
-      if (tid == 0) wait_bulk_reads();  // the reduction issued a step ago has read this step's stage
+      if (tid == 0) wait_bulk_reads();   // the reduction issued a step ago has read this step's stage
       consumers_sync<Traits>();          // every warpgroup's dS^T is in; the last step's dQ is staged
       if (tid == 0) staged.template issue<kHeadDim>(s.dq[staged.buf], p.dq_accum.ld);
       Tensor acc_dq = partition_fragment_C(mma_dq, tile_dq);

@@ -4,7 +4,6 @@
 // at a 1024-byte boundary, the period of the 128-byte swizzle that TMA writes and wgmma reads.
 #pragma once
 
-#include <cstddef>
 
 #include "cuda/sm90/pipeline.hpp"
 
@@ -26,7 +25,5 @@ struct BwdSharedStorage {
   RingBarriers<1> kv_barriers;
   RingBarriers<kStages> q_barriers;  // Q and dO by TMA, the statistics by the producer warp's lanes
 };
-
-inline constexpr std::size_t kBwdSmemPerCta = 227 * 1024;
 
 }  // namespace memattn::cuda::sm90

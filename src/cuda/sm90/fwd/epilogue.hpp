@@ -14,10 +14,10 @@
 #include "cuda/common/epilogue.hpp"
 #include "cuda/common/fragments.hpp"
 #include "cuda/common/fwd_common.hpp"
-#include "cuda/common/swizzled_tiles.hpp"
 #include "cuda/common/tile_scheduler.hpp"
 #include "cuda/sm90/fwd/storage.hpp"
 #include "cuda/sm90/gmma.hpp"
+#include "cuda/sm90/warpgroup_store.hpp"
 
 namespace memattn::cuda::sm90 {
 
@@ -32,7 +32,7 @@ __device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorag
                                              int h, std::int64_t m0, int rows, AccO& acc_o, Softmax& softmax,
                                              int ctid) {
   using Element = typename Traits::Element;
-  constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim, kWarpgroupRows = 64;
+  constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
   typename Traits::MmaO mma_o;
   auto thr_o = mma_o.get_thread_slice(ctid);
   Tensor acc_o_rc = rowcol(acc_o);
@@ -44,24 +44,13 @@ __device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorag
   // previous work item's stores) before these writes. (The warpgroup's wgmma, which all its
   // threads have issued since, orders them too, but compute-sanitizer's racecheck does not see
   // that: with several items per CTA it reported the stores' reads against these writes.)
-  Tensor sO = cute::make_tensor(make_smem_ptr(s.output()), typename Traits::SmemLayoutQ{});
-  using Tiles = SwizzledTiles<Element, Traits::kWarpgroupThreads>;
-  auto r2s = make_tiled_copy_C(typename Tiles::RegToSmemAtom{}, mma_o);
-  auto r2s_thr = r2s.get_thread_slice(ctid);
+  const Tensor sO = cute::make_tensor(make_smem_ptr(s.output()), typename Traits::SmemLayoutQ{});
   const int wg = ctid / Traits::kWarpgroupThreads;
   cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, kWarpgroupBarrier + wg);
-  copy(r2s, r2s_thr.retile_S(convert_fragment<Element>(acc_o)), r2s_thr.partition_D(sO));
-  cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, kWarpgroupBarrier + wg);
-
-  const auto tile = make_shape(Int<kWarpgroupRows>{}, Int<kHeadDim>{});
-  const Tensor sO_wg = local_tile(sO, tile, make_coord(wg, 0));
   const std::int64_t wg_m0 = m0 + wg * kWarpgroupRows;
-  Element* o_ptr = o_at<Element>(p, seq.batch, seq.q_begin + wg_m0, h);
-  Tensor gO = cute::make_tensor(make_gmem_ptr(o_ptr), tile, make_stride(p.o_row_stride, _1{}));
-  typename Tiles::StoreCopy store;
-  auto store_thr = store.get_thread_slice(ctid % Traits::kWarpgroupThreads);
-  store_predicated(store, store_thr.partition_S(sO_wg), store_thr.partition_D(gO),
-                   store_thr.partition_S(make_identity_tensor(tile)), rows - wg * kWarpgroupRows, p.head_dim_v);
+  store_warpgroup_rows(mma_o, convert_fragment<Element>(acc_o), sO,
+                       o_at<Element>(p, seq.batch, seq.q_begin + wg_m0, h), p.o_row_stride,
+                       rows - wg * kWarpgroupRows, p.head_dim_v, ctid, kWarpgroupBarrier + wg);
   // Where the output shares the Q tile's space, the next Q tile arrives by TMA (the async proxy)
   // over what these threads read and wrote.
   if constexpr (!kSeparateOutput<Traits>) publish_smem_writes();

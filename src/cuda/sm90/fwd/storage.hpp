@@ -25,8 +25,6 @@ struct FwdTiles {
   RingBarriers<Traits::kStages> v_barriers;
 };
 
-inline constexpr std::size_t kSmemPerCta = 227 * 1024;
-
 template <class Traits>
 inline constexpr bool kSeparateOutput =
     sizeof(FwdTiles<Traits>) + Traits::kTileElemsQ * sizeof(typename Traits::Element) + 1024 <= kSmemPerCta;
