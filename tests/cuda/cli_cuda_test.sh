@@ -49,5 +49,18 @@ elif grep -q "^  bwd_sm" "$log"; then
 else
   echo "no backward rows in this build: backward checks skipped"
 fi
+# --graph: the timed calls are CUDA graph replays (the checked run is a plain call); a KV cache
+# call inside a graph reads nothing on the host.
+for g in "--pass both --head-dim 64 --causal" "--pass fwd --head-dim 128 --seqlen-q 1 --kv-cache paged --page-size 16 --new-keys 1"; do
+  # shellcheck disable=SC2086
+  if "$bin" run --backend cuda --verify --graph --iters 3 --batch 2 --seqlen-k 700 --heads-q 8 --heads-k 2 $g >"$log" 2>&1 &&
+    grep -q "result: PASS" "$log" && grep -qE "^forward: +[0-9.]+ ms" "$log"; then
+    echo "ok:   --graph $g"
+  else
+    echo "FAIL: --graph $g"
+    tail -n 12 "$log" | sed 's/^/    /'
+    failures=$((failures + 1))
+  fi
+done
 echo "$failures failure(s)"
 [[ $failures -eq 0 ]]

@@ -63,6 +63,7 @@ expect 0 "result: PASS" run "${small[@]}" --no-l2-groups --no-tail-split
 expect 2 "not a kernel-table row name" run "${small[@]}" --kernel no_such_row
 expect 2 "at most one row per pass" run "${small[@]}" --kernel bwd_sm80_a,bwd_sm80_b
 if [[ $backend == cpu ]]; then
+  expect 2 "--graph: times CUDA graphs" run "${small[@]}" --graph
   expect 2 "overrides.kernel" run "${small[@]}" --kernel fwd_sm80_bf16_d64_m128n64w4_vec_plain
   expect 2 "overrides.kernel" run "${small[@]}" --kernel fwd_sm80_a --kernel bwd_sm80_b
   expect 2 "overrides.kernel" kernels --backend cpu --kernel bwd_sm80_bf16_d64_m64n64w4_vec_plain

@@ -55,14 +55,21 @@ reference::Progress progress_printer(const char* what) {
   };
 }
 
-// Runs `fn` once (the checked run) and then `iters` timed runs.
-Status time_pass(bool device, int iters, const std::function<Status()>& fn, PassResult* r) {
+// Runs `call` once on the default stream (the checked run) and then `iters` timed runs: each a
+// whole call (host work included), or with `graph` a replay of the call captured once in a CUDA
+// graph, after an L2 flush (the device's work alone, as a serving loop's graph would run it).
+Status time_pass(bool device, bool graph, int iters, const std::function<Status(void* stream)>& call,
+                 PassResult* r) {
   double ms = 0;
-  if (Status s = tools::time_call(device, fn, &ms); !s.ok()) return s;
+  if (Status s = tools::time_call(device, [&] { return call(nullptr); }, &ms); !s.ok()) return s;
   std::vector<double> times;
-  for (int it = 0; it < iters; ++it) {
-    if (Status s = tools::time_call(device, fn, &ms); !s.ok()) return s;
-    times.push_back(ms);
+  if (graph && iters > 0) {
+    if (Status s = tools::time_graph(call, iters, &times); !s.ok()) return s;
+  } else {
+    for (int it = 0; it < iters; ++it) {
+      if (Status s = tools::time_call(device, [&] { return call(nullptr); }, &ms); !s.ok()) return s;
+      times.push_back(ms);
+    }
   }
   if (times.empty()) times.push_back(ms);
   r->ran = true;
@@ -122,6 +129,9 @@ void add_run_flags(CLI::App* app, RunOptions* o) {
       ->check(CLI::IsMember({"fwd", "bwd", "both"}));
   app->add_option("--iters", o->iters, "Timed iterations (after one checked run)")->check(count_at_least_zero());
   app->add_flag("--verify", o->verify, "Check the results against the float64 reference");
+  app->add_flag("--graph", o->graph,
+                "Time the device's work alone: each timed call replayed from a CUDA graph after an L2 flush (cuda "
+                "backend; a KV cache call is given max_seqlen_k, so nothing is read on the host)");
   app->add_option("--load", o->load_dir, "Read q.npy k.npy v.npy (bias.npy do.npy) from DIR")->check(non_empty_value());
   app->add_option("--save", o->save_dir, "Write out.npy lse.npy (dq.npy dk.npy dv.npy dbias.npy) to DIR")
       ->check(non_empty_value());
@@ -193,8 +203,11 @@ int run_command(RunOptions& o) {
   if (device)
     if (Status s = w.reserve_workspace(); !s.ok()) return fail(s);
 
+  if (o.graph && !device) return fail({StatusCode::invalid_argument, "--graph: times CUDA graphs; run with --backend cuda"});
   PassResult fwd, bwd;
-  const ForwardArgs fargs = w.forward_args();
+  ForwardArgs fargs = w.forward_args();
+  // A graph cannot capture the host's read of a cache's lengths and pages; the bound skips it.
+  if (o.graph && spec.cache.enabled()) fargs.kv_cache.max_seqlen_k = spec.seqlen_k;
   if (Status s = describe_plan(fargs, &fwd.plan); !s.ok()) return fail(s);
   out << "backend: " << to_string(backend) << "\n  forward:  " << fwd.plan << "\n";
   const reference::Selection sel = o.verify ? tools::sample_selection(w, kFullVerifyBudget) : reference::Selection{};
@@ -210,14 +223,24 @@ int run_command(RunOptions& o) {
   // The forward runs even for --pass bwd: the backward needs its output and LSE. With a cache,
   // every call appends the same new keys to the same slots (seqlens stays), so each timed call is
   // the same call as the checked one.
-  if (Status s = time_pass(device, do_fwd ? o.iters : 0, [&] { return forward(fargs); }, &fwd); !s.ok()) return fail(s);
+  const auto run_forward = [&](void* stream) {
+    ForwardArgs a = fargs;
+    a.stream = stream;
+    return forward(a);
+  };
+  if (Status s = time_pass(device, o.graph, do_fwd ? o.iters : 0, run_forward, &fwd); !s.ok()) return fail(s);
   fwd.ran = do_fwd;
   fwd.tflops = fwd.median_ms > 0 ? fwd_flops / (fwd.median_ms * 1e-3) / 1e12 : 0;
   if (do_bwd) {
     const BackwardArgs bargs = w.backward_args();
     if (Status s = describe_plan(bargs, &bwd.plan); !s.ok()) return fail(s);
     out << "  backward: " << bwd.plan << "\n";
-    if (Status s = time_pass(device, o.iters, [&] { return backward(bargs); }, &bwd); !s.ok()) return fail(s);
+    const auto run_backward = [&](void* stream) {
+      BackwardArgs a = bargs;
+      a.stream = stream;
+      return backward(a);
+    };
+    if (Status s = time_pass(device, o.graph, o.iters, run_backward, &bwd); !s.ok()) return fail(s);
     bwd.tflops = bwd.median_ms > 0 ? 2.5 * fwd_flops / (bwd.median_ms * 1e-3) / 1e12 : 0;
   }
   if (Status s = w.copy_outputs_to_host(); !s.ok()) return fail(s);
@@ -279,6 +302,7 @@ int run_command(RunOptions& o) {
       j << ",\"fwd_plan\":\"" << json_escape(fwd.plan) << "\",\"fwd_ms\":" << fwd.median_ms << ",\"fwd_tflops\":" << fwd.tflops;
     if (bwd.ran)
       j << ",\"bwd_plan\":\"" << json_escape(bwd.plan) << "\",\"bwd_ms\":" << bwd.median_ms << ",\"bwd_tflops\":" << bwd.tflops;
+    j << ",\"graph\":" << (o.graph ? "true" : "false");
     j << ",\"fwd_flops\":" << fwd_flops << ",\"tensor_bytes\":" << w.host_bytes() << ",\"peak_host_bytes\":" << host_peak;
     j << ",\"verify\":\"" << verdict << "\"";
     if (!checks.empty()) {

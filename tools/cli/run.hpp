@@ -16,6 +16,7 @@ struct RunOptions {
   std::string pass;  // fwd, bwd or both; empty: both, or fwd with a KV cache (prepare() settles it)
   int iters = 10;
   bool verify = false;
+  bool graph = false;  // time the device's work alone: CUDA graph replays after an L2 flush
   std::string load_dir, save_dir;
   bool json = false;
 };

@@ -14,6 +14,9 @@ namespace memattn::tools {
 struct Workload::Device {
   static Status create(std::unique_ptr<Device>* out);
   static Status time_call(const std::function<Status()>& fn, double* ms);
+  // `call(stream)` captured once in a CUDA graph, then replayed `iters` times, each after an L2
+  // flush: the replays' times (ms) in *ms.
+  static Status time_graph(const std::function<Status(void* stream)>& call, int iters, std::vector<double>* ms);
   static double memory_in_use();
   ~Device();
   // out_of_memory, naming both numbers, when `bytes` exceed the device's free memory: the

@@ -9,6 +9,9 @@ Status Workload::Device::create(std::unique_ptr<Device>*) {
 Status Workload::Device::time_call(const std::function<Status()>&, double*) {
   return {StatusCode::unsupported, "no CUDA"};
 }
+Status Workload::Device::time_graph(const std::function<Status(void*)>&, int, std::vector<double>*) {
+  return {StatusCode::unsupported, "no CUDA"};
+}
 double Workload::Device::memory_in_use() { return 0; }
 Status Workload::Device::check_free(std::size_t) { return {StatusCode::unsupported, "no CUDA"}; }
 Workload::Device::~Device() = default;

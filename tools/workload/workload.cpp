@@ -541,6 +541,10 @@ Status time_call(bool on_device, const std::function<Status()>& fn, double* ms) 
   return s;
 }
 
+Status time_graph(const std::function<Status(void* stream)>& call, int iters, std::vector<double>* ms) {
+  return Workload::Device::time_graph(call, iters, ms);
+}
+
 double device_memory_in_use() { return Workload::Device::memory_in_use(); }
 
 Status Workload::to_device() {

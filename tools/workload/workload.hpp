@@ -201,6 +201,8 @@ std::string format_bytes(double bytes);
 
 // Runs fn once and measures it: CUDA events around it when on_device, else the host clock.
 Status time_call(bool on_device, const std::function<Status()>& fn, double* ms);
+// CUDA graph replays of call(stream) after L2 flushes (Workload::Device::time_graph).
+Status time_graph(const std::function<Status(void* stream)>& call, int iters, std::vector<double>* ms);
 // Peak device memory in use (bytes) as the CUDA runtime sees it; 0 without CUDA.
 double device_memory_in_use();
 
