@@ -1,10 +1,10 @@
 // The KV cache on the CUDA backend (the kPagedKV rows, paged_kv.hpp; the append, kv_cache.cu):
 // the CPU test's calls (support/kv_cache.hpp) with every buffer mirrored to the device. Contiguous,
-// batch_idx and paged caches (page 1, 16, 64, 256: pages smaller than, equal to and larger than
-// a key tile) give outputs equal bit for bit, each matching the float64 reference read before the
-// append; the cache after the call holds the new keys at their slots and nothing else changed;
-// split keys (1 to 64 parts) agree with the reference; grouped heads of one query row run as rows
-// (causal) or not (a left window); refusals write nothing.
+// batch_idx and paged caches (page 1, 16, 64, 256, 512: pages smaller than, equal to and larger
+// than a key tile, and one page per sequence) give outputs equal bit for bit, each matching the
+// float64 reference read before the append; the cache after the call holds the new keys at their
+// slots and nothing else changed; split keys (1 to 64 parts) agree with the reference; grouped
+// heads of one query row run as rows (causal) or not (a left window); refusals write nothing.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -85,7 +85,7 @@ testing::Runner on_device(int num_splits = 0) {
   return [num_splits](Call& call, const ForwardArgs& a) { return run_on_device(call, a, num_splits); };
 }
 
-const std::vector<std::int64_t> kPageSizes = {1, 16, 64, 256};
+const std::vector<std::int64_t> kPageSizes = {1, 16, 64, 256, 512};
 
 class CudaKvCache : public ::testing::Test {
  protected:

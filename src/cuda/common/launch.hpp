@@ -26,22 +26,47 @@ Status allow_dynamic_smem(Kernel kernel, int smem) {
                      "cudaFuncSetAttribute");
 }
 
+// How a kernel follows the one before it on the stream: after its end, or as its programmatic
+// dependent (sm_90; dependent_launch.hpp: the kernel waits for that one's end itself, so that its
+// launch overlaps that kernel's last CTAs). Plain where the GPU predates sm_90.
+enum class LaunchAfter { end, dependent };
+
+inline bool dependent_launch_supported() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+}
+
 // One CTA per work item, up to `cap` CTAs (0: no cap); past gridDim.x's limit the CTAs stride
 // over the rest.
 template <class Kernel, class Params>
 Status launch_grid(Kernel kernel, int threads, int smem, std::int64_t work_items, std::int64_t cap, const Params& p,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, LaunchAfter after = LaunchAfter::end) {
   if (Status s = allow_dynamic_smem(kernel, smem); !s.ok()) return s;
   std::int64_t grid = cap > 0 ? std::min<std::int64_t>(cap, work_items) : work_items;
   grid = std::min<std::int64_t>(grid, kMaxGridCtas);
   if (grid == 0) return Status::Ok();
-  kernel<<<unsigned(grid), threads, smem, stream>>>(p);
-  return cuda_status(cudaGetLastError(), "kernel launch");
+  if (after == LaunchAfter::end || !dependent_launch_supported()) {
+    kernel<<<unsigned(grid), threads, smem, stream>>>(p);
+    return cuda_status(cudaGetLastError(), "kernel launch");
+  }
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(grid));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = std::size_t(smem);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cuda_status(cudaLaunchKernelEx(&config, kernel, p), "dependent kernel launch");
 }
 
 template <class Kernel>
-Status launch(Kernel kernel, int threads, int smem, const FwdParams& p, cudaStream_t stream) {
-  return launch_grid(kernel, threads, smem, p.num_blocks, p.grid_ctas, p, stream);
+Status launch(Kernel kernel, int threads, int smem, const FwdParams& p, cudaStream_t stream,
+              LaunchAfter after = LaunchAfter::end) {
+  return launch_grid(kernel, threads, smem, p.num_blocks, p.grid_ctas, p, stream, after);
 }
 
 template <class Kernel>

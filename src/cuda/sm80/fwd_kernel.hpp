@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "core/mask.hpp"
+#include "cuda/common/dependent_launch.hpp"
 #include "cuda/common/epilogue.hpp"
 #include "cuda/common/fragments.hpp"
 #include "cuda/common/fwd_common.hpp"
@@ -343,6 +344,7 @@ template <class Traits, unsigned kFeatures>
 __global__ void __launch_bounds__(Traits::kThreads, (min_ctas_per_sm<Traits, kFeatures>()))
     forward_kernel(const __grid_constant__ FwdParams p) {
   extern __shared__ __align__(128) char smem[];
+  let_dependents_start();  // the split keys' combine, which waits for this kernel's end
   for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
     forward_tile<Traits, kFeatures>(p, decode_work(p, index), smem);
     __syncthreads();  // shared memory is reused by the next work item
