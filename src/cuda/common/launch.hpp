@@ -1,6 +1,6 @@
 // Host-side launch helpers every kernel family uses: CUDA errors as Status, the dynamic
 // shared-memory opt-in, one-dimensional grids (CTAs stride over work items past gridDim.x's
-// limit), cluster launches, and the resource report of a kernel.
+// limit), cluster and programmatic dependent launches, and the resource report of a kernel.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,6 +37,20 @@ inline bool dependent_launch_supported() {
   return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
 }
 
+// `ctas` CTAs launched with one launch attribute (a cluster shape, a programmatic dependence).
+template <class Kernel, class Params>
+Status launch_with(cudaLaunchAttribute attribute, Kernel kernel, std::int64_t ctas, int threads, int smem,
+                   const Params& p, cudaStream_t stream, const char* what) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(ctas));
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = std::size_t(smem);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cuda_status(cudaLaunchKernelEx(&config, kernel, p), what);
+}
+
 // One CTA per work item, up to `cap` CTAs (0: no cap); past gridDim.x's limit the CTAs stride
 // over the rest.
 template <class Kernel, class Params>
@@ -53,14 +67,7 @@ Status launch_grid(Kernel kernel, int threads, int smem, std::int64_t work_items
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(grid));
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = std::size_t(smem);
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cuda_status(cudaLaunchKernelEx(&config, kernel, p), "dependent kernel launch");
+  return launch_with(attribute, kernel, grid, threads, smem, p, stream, "dependent kernel launch");
 }
 
 template <class Kernel>
@@ -94,14 +101,7 @@ Status launch_clusters(Kernel kernel, int threads, int smem, int cluster, std::i
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = unsigned(cluster);
   attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(clusters * cluster));
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = std::size_t(smem);
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cuda_status(cudaLaunchKernelEx(&config, kernel, p), "cluster launch");
+  return launch_with(attribute, kernel, clusters * cluster, threads, smem, p, stream, "cluster launch");
 }
 
 // One CTA per work item (launch_grid, up to `cap` CTAs), or with `split` > 1 one cluster of `split`
