@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "cuda/backend.hpp"
+#include "cuda/device_info.hpp"
 #include "cuda/sm90/tma_map.hpp"
 #include "cuda/workspace.hpp"
 #include "memattn/kernels.hpp"
@@ -46,14 +47,6 @@ bool aligned16(const TensorRef& t) {
   for (int d = 0; d + 1 < t.rank; ++d)
     if (t.strides[d] * std::int64_t(dtype_size(t.dtype)) % 16 != 0) return false;
   return true;
-}
-
-int compute_capability() {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return major * 10 + minor;
 }
 
 int smem_per_block_optin() {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/common/fwd_params.hpp"
+#include "cuda/device_info.hpp"
 #include "cuda/kernel_table.hpp"
 #include "memattn/status.hpp"
 
@@ -20,8 +21,11 @@ inline Status cuda_status(cudaError_t e, const char* what) {
   return {StatusCode::device_error, std::string(what) + ": " + cudaGetErrorString(e)};
 }
 
+// The opt-in to `smem` bytes of dynamic shared memory; none for a kernel without any (the split
+// keys' combine, launched at every decoding step).
 template <class Kernel>
 Status allow_dynamic_smem(Kernel kernel, int smem) {
+  if (smem == 0) return Status::Ok();
   return cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                      "cudaFuncSetAttribute");
 }
@@ -30,12 +34,6 @@ Status allow_dynamic_smem(Kernel kernel, int smem) {
 // dependent (sm_90; dependent_launch.hpp: the kernel waits for that one's end itself, so that its
 // launch overlaps that kernel's last CTAs). Plain where the GPU predates sm_90.
 enum class LaunchAfter { end, dependent };
-
-inline bool dependent_launch_supported() {
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
-}
 
 // `ctas` CTAs launched with one launch attribute (a cluster shape, a programmatic dependence).
 template <class Kernel, class Params>
@@ -60,7 +58,7 @@ Status launch_grid(Kernel kernel, int threads, int smem, std::int64_t work_items
   std::int64_t grid = cap > 0 ? std::min<std::int64_t>(cap, work_items) : work_items;
   grid = std::min<std::int64_t>(grid, kMaxGridCtas);
   if (grid == 0) return Status::Ok();
-  if (after == LaunchAfter::end || !dependent_launch_supported()) {
+  if (after == LaunchAfter::end || compute_capability() < 90) {
     kernel<<<unsigned(grid), threads, smem, stream>>>(p);
     return cuda_status(cudaGetLastError(), "kernel launch");
   }
@@ -71,9 +69,8 @@ Status launch_grid(Kernel kernel, int threads, int smem, std::int64_t work_items
 }
 
 template <class Kernel>
-Status launch(Kernel kernel, int threads, int smem, const FwdParams& p, cudaStream_t stream,
-              LaunchAfter after = LaunchAfter::end) {
-  return launch_grid(kernel, threads, smem, p.num_blocks, p.grid_ctas, p, stream, after);
+Status launch(Kernel kernel, int threads, int smem, const FwdParams& p, cudaStream_t stream) {
+  return launch_grid(kernel, threads, smem, p.num_blocks, p.grid_ctas, p, stream);
 }
 
 template <class Kernel>
