@@ -8,9 +8,12 @@ first kernel launch counts as run time. This prints, per path:
 for memattn's eager path (memattn.scaled_dot_product_attention: the C++ autograd Function of
 memattn._autograd where built, and the Python torch.autograd.Function it falls back to), its
 custom ops (torch.ops.memattn.*, what torch.compile traces), the C++ binding alone, and SDPA's
-FLASH backend.
-  PYTHONPATH=build-gpu/python python3 bench/host_overhead.py
+FLASH backend. With --trace it prints instead, per path, the CUDA runtime calls and the host ops
+of one tiny forward and backward (torch.profiler; counts per call, mean us each): where a path's
+host time goes.
+  PYTHONPATH=build-gpu/python python3 bench/host_overhead.py [--trace]
 """
+import argparse
 import statistics
 import time
 
@@ -76,7 +79,7 @@ def paths(b, h, s, d, causal):
         return torch.ops.memattn.attention_forward(*bmhk, None, *args)[0]
 
     def binding():
-        return _ops._forward(*bmhk, None, *args[:-1])[0]
+        return _ops._forward(*bmhk, None, *args[:-2], args[-1])[0]  # deterministic is the backward's
 
     out = {}
     eager_name = "memattn eager (C++)" if _ops._autograd is not None else "memattn eager (Python)"
@@ -102,8 +105,8 @@ def breakdown(b=1, h=1, s=128, d=128):
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     scale = 1.0 / d ** 0.5
     # window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
-    # max_seqlen_q, max_seqlen_k (-1: not given)
-    fargs = (-1, -1, False, 0.0, None, scale, None, None, None, -1, -1)
+    # max_seqlen_q, max_seqlen_k (-1: not given), precision (0: auto)
+    fargs = (-1, -1, False, 0.0, None, scale, None, None, None, -1, -1, 0)
     out, lse = _ops._forward(q, k, v, None, *fargs)
     opts = _ops._options(q, *fargs)
     bare = dict(opts, workspace=None)
@@ -118,7 +121,8 @@ def breakdown(b=1, h=1, s=128, d=128):
         ("forward: _C.forward (workspace callback)", lambda: _C.forward(*fdesc, opts)),
         ("forward: _C.forward (library workspace)", lambda: _C.forward(*fdesc, bare)),
         ("backward: eager autograd.grad", lambda: torch.autograd.grad(eager_out, (q, k, v), dout, retain_graph=True)),
-        ("backward: _ops._backward_op", lambda: _ops._backward_op(dout, q, k, v, None, out, lse, *fargs, False, False)),
+        ("backward: _ops._backward_op",
+         lambda: _ops._backward_op(dout, q, k, v, None, out, lse, *fargs[:-1], False, fargs[-1], False)),
         ("backward: _C.backward (workspace callback)", lambda: _C.backward(*bdesc, opts)),
         ("backward: _C.backward (library workspace)", lambda: _C.backward(*bdesc, bare)),
     ]
@@ -127,8 +131,36 @@ def breakdown(b=1, h=1, s=128, d=128):
         print(f"  {name:44s} {host_us(fn):8.1f}")
 
 
+def trace(calls=200, rows=14):
+    """Per path (tiny problem): the CUDA runtime calls and torch's host ops of one forward and one
+    backward, as counts per call and mean microseconds each (profiled, so slower than host_us)."""
+    from torch.profiler import ProfilerActivity, profile
+    print(f"\nhost work per call, B=1 H=1 S=128 D=128 ({calls} calls profiled; name, count per call, mean us)")
+    for name, (fwd, bwd) in paths(1, 1, 128, 128, False).items():
+        for kind, fn in (("forward", fwd), ("backward", bwd)):
+            if fn is None:
+                continue
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    fn()
+                torch.cuda.synchronize()
+            events = sorted((e for e in prof.key_averages() if e.key != "cudaDeviceSynchronize"),
+                            key=lambda e: -e.self_cpu_time_total)
+            print(f"  {name} {kind}: host us per call {host_us(fn):.1f}")
+            for e in events[:rows]:
+                print(f"    {e.key[:60]:60s} {e.count / calls:5.2f} x {e.self_cpu_time_total / e.count:7.2f}")
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", action="store_true", help="where each path's host time goes (torch.profiler)")
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
+    if parser.parse_args().trace:
+        trace()
+        return
     breakdown()
     print("\ntiny problem (B=1 H=1 S=128 D=128): host time per call, us")
     for name, (fwd, bwd) in paths(1, 1, 128, 128, False).items():

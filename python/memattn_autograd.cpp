@@ -95,17 +95,20 @@ template <class Make>
 at::Tensor allocate(const char* what, at::IntArrayRef sizes, const at::TensorOptions& options, Make&& make) {
   double bytes = double(c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
   for (const std::int64_t n : sizes) bytes *= double(n);
-  const std::string message = std::string("memattn: ") + what + " " + shape_text(sizes) + " needs " +
-                              bytes_text(bytes) + " bytes on " + options.device().str();
+  // Built only for an error: a backward allocates five times, and the text costs ~1 us each.
+  const auto message = [&] {
+    return std::string("memattn: ") + what + " " + shape_text(sizes) + " needs " + bytes_text(bytes) + " bytes on " +
+           options.device().str();
+  };
   const bool host = options.device().is_cpu();
   if (host && bytes >= kCheckedHostBytes) {
     const double available = host_memory_available();
-    if (available >= 0 && bytes > available) throw MemoryError(message + "; " + available_text(available));
+    if (available >= 0 && bytes > available) throw MemoryError(message() + "; " + available_text(available));
   }
   try {
     return make();
   } catch (const c10::Error& e) {
-    throw MemoryError(message + "; " +
+    throw MemoryError(message() + "; " +
                       (host ? available_text(host_memory_available()) : std::string(e.what_without_backtrace())));
   }
 }

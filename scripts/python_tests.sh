@@ -6,7 +6,8 @@
 # ./test.sh's CMake build; one build folder, so the C++ library compiles once for both), and a
 # pytest run with its summary in the log. Every torch built with the C++11 ABI (PyPI's from 2.7
 # on) must build memattn._autograd: a failure there is the fast eager path lost, and fails this
-# script like a failing test; older ones take the Python autograd Function (python/autograd/).
+# script like a failing test; older ones take the Python autograd Function (python/autograd/). With
+# such a torch the plain `pip install .` (build isolation) is tried too, and must build it as well.
 # Usage: scripts/python_tests.sh [VERSION...]   (default: newest and the floor; `newest` is a name)
 # Disk: a PyPI torch is ~1.2 GB plus ~3 GB of CUDA libraries that it loads even on CPU tensors, so
 # each environment is built without triton (its GPU compiler, ~1 GB; these tests compile with
@@ -69,5 +70,19 @@ print("C++" if o._autograd else "Python" if torch._C._GLIBCXX_USE_CXX11_ABI else
   start=$SECONDS
   (cd "$root" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$src/tests/python")
   echo "python tests: torch $torch_version: tests ran in $((SECONDS - start)) s"
+  if [[ $eager == C++ ]]; then
+    # The README's other command, plain `pip install .`: pip builds in an environment of its own,
+    # and memattn._autograd must still find this environment's torch (python/CMakeLists.txt).
+    start=$SECONDS
+    "$venv/bin/python" -m pip install -q --no-deps -C cmake.define.MEMATTN_ENABLE_CUDA=OFF \
+      -C build-dir="$root/python-package-isolated" .
+    isolated=$(cd "$root" && "$venv/bin/python" -c 'import memattn._ops as o; print("C++" if o._autograd else "Python")')
+    echo "python tests: pip install . (build isolation) in $((SECONDS - start)) s; eager autograd Function: $isolated"
+    if [[ $isolated != C++ ]]; then
+      echo "python tests: under build isolation memattn._autograd did not build with torch $torch_version" \
+           "($root/python-package-isolated/python/autograd/build.log)" >&2
+      exit 1
+    fi
+  fi
   if [[ ${MEMATTN_KEEP_TORCH_VENVS:-0} != 1 ]]; then rm -rf "$venv"; fi
 done

@@ -2,11 +2,13 @@
 # fails it says so in one line, removes any module an earlier build left there, and succeeds: the
 # package then takes its Python autograd Function. Settings (-D, from ../CMakeLists.txt):
 # SOURCE_DIR BINARY_DIR OUTPUT GENERATOR MAKE_PROGRAM CXX BUILD_TYPE PYTHON MEMATTN_SOURCE_DIR
-# HAS_CUDA CUDA_INCLUDE (folders joined by '|') TORCH_VERSION.
+# HAS_CUDA CUDA_INCLUDE (folders joined by '|') TORCH_VERSION TORCH_DIR (torch's package folder)
+# TORCH_ABI (1: the C++11 std::string ABI).
 string(REPLACE "|" ";" CUDA_INCLUDE "${CUDA_INCLUDE}")
 set(_settings -G ${GENERATOR} -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM} -DCMAKE_CXX_COMPILER=${CXX}
     -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DPython3_EXECUTABLE=${PYTHON} -DMEMATTN_SOURCE_DIR=${MEMATTN_SOURCE_DIR}
-    -DMEMATTN_AUTOGRAD_OUTPUT=${OUTPUT} -DMEMATTN_HAS_CUDA=${HAS_CUDA} "-DCUDAToolkit_INCLUDE_DIRS=${CUDA_INCLUDE}")
+    -DMEMATTN_AUTOGRAD_OUTPUT=${OUTPUT} -DMEMATTN_HAS_CUDA=${HAS_CUDA} "-DCUDAToolkit_INCLUDE_DIRS=${CUDA_INCLUDE}"
+    -DMEMATTN_TORCH_DIR=${TORCH_DIR} -DMEMATTN_TORCH_ABI=${TORCH_ABI})
 set(_log ${BINARY_DIR}/build.log)
 file(MAKE_DIRECTORY ${OUTPUT} ${BINARY_DIR})
 file(WRITE ${_log} "")

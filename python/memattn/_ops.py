@@ -62,23 +62,31 @@ def allocate(what: str, shape, dtype, device, make=None) -> Tensor:
     nbytes = dtype.itemsize
     for n in shape:
         nbytes *= n  # Python ints: no overflow
-    message = f"memattn: {what} {list(shape)} ({dtype}) needs {nbytes} bytes on {device}"
+
+    def message():  # only for an error: formatting it costs more than the allocation
+        return f"memattn: {what} {list(shape)} ({dtype}) needs {nbytes} bytes on {device}"
+
     if device.type == "cpu" and nbytes >= _CHECKED_HOST_BYTES:
         available = host_memory_available()
         if available is not None and nbytes > available:
-            raise MemoryError(f"{message}; {available} are available")
+            raise MemoryError(f"{message()}; {available} are available")
     try:
         return make() if make is not None else torch.empty(shape, dtype=dtype, device=device)
     except RuntimeError as e:
-        raise MemoryError(f"{message}; {_available(device)}") from e
+        raise MemoryError(f"{message()}; {_available(device)}") from e
 
 
-def _desc(t: Optional[Tensor]):
+def _desc(t: Optional[Tensor], bhmd=False):
+    """The binding's view of a tensor; `bhmd` reads a [B, H, M, D] tensor as the BMHK one it is a
+    transpose of (dimensions 1 and 2 swapped in the descriptor: no view, so no autograd node)."""
     if t is None:
         return None
     name = _DTYPES.get(t.dtype)
     if name is None:
         raise ValueError(f"memattn: dtype {t.dtype} is not supported (bfloat16, float16, float32, float64)")
+    if bhmd:
+        (b, h, m, d), (sb, sh, sm, sd) = t.shape, t.stride()
+        return (t.data_ptr(), name, (b, m, h, d), (sb, sm, sh, sd))
     return (t.data_ptr(), name, t.shape, t.stride())  # the binding takes any sequence of ints
 
 
@@ -135,12 +143,21 @@ def _check(result):
 
 
 def _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k,
-             seqused_k, max_seqlen_q, max_seqlen_k, precision):
-    out = allocate("out", (*q.shape[:-1], v.shape[-1]), q.dtype, q.device)
-    lse = allocate("lse", (q.shape[0], q.shape[2], q.shape[1]), torch.float32, q.device)
+             seqused_k, max_seqlen_q, max_seqlen_k, precision, bhmd=False):
+    """out and lse; with bhmd, q, k, v and out are [B, H, M, D] (SDPA's layout), out in BMHK memory
+    (the strides of a transpose, as SDPA's backends return it)."""
+    if bhmd:
+        b, h, m, dv = (*q.shape[:-1], v.shape[-1])
+        out = allocate("out", (b, h, m, dv), q.dtype, q.device,
+                       lambda: torch.empty_strided((b, h, m, dv), (m * h * dv, dv, h * dv, 1), dtype=q.dtype,
+                                                   device=q.device))
+        lse = allocate("lse", (b, h, m), torch.float32, q.device)
+    else:
+        out = allocate("out", (*q.shape[:-1], v.shape[-1]), q.dtype, q.device)
+        lse = allocate("lse", (q.shape[0], q.shape[2], q.shape[1]), torch.float32, q.device)
     opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
                     max_seqlen_q, max_seqlen_k, precision)
-    _check(_C.forward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), opts))
+    _check(_C.forward(_desc(q, bhmd), _desc(k, bhmd), _desc(v, bhmd), _desc(bias), _desc(out, bhmd), _desc(lse), opts))
     return out, lse
 
 
@@ -149,13 +166,16 @@ def _like(name, t):
 
 
 def _backward_op(dout, q, k, v, bias, out, lse, window_left, window_right, bottom_right, dropout_p, rng, scale,
-                 seqstart_q, seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision, bias_grad):
+                 seqstart_q, seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision, bias_grad,
+                 bhmd=False):
+    """dq, dk, dv (each with its input's strides) and dbias; bhmd as for _forward."""
     dq, dk, dv = _like("dq", q), _like("dk", k), _like("dv", v)
     dbias = _like("dbias", bias) if bias_grad else q.new_empty(0)
     opts = _options(q, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q, seqstart_k, seqused_k,
                     max_seqlen_q, max_seqlen_k, precision)
-    _check(_C.backward(_desc(q), _desc(k), _desc(v), _desc(bias), _desc(out), _desc(lse), _desc(dout), _desc(dq),
-                       _desc(dk), _desc(dv), _desc(dbias) if bias_grad else None, deterministic, opts))
+    _check(_C.backward(_desc(q, bhmd), _desc(k, bhmd), _desc(v, bhmd), _desc(bias), _desc(out, bhmd), _desc(lse),
+                       _desc(dout, bhmd), _desc(dq, bhmd), _desc(dk, bhmd), _desc(dv, bhmd),
+                       _desc(dbias) if bias_grad else None, deterministic, opts))
     return dq, dk, dv, dbias
 
 
@@ -283,8 +303,9 @@ def _backward_inputs(ctx, dout):
 _NON_TENSOR_INPUTS = 13  # attention_forward's inputs after q, k, v and the bias: no gradient
 
 
-def _gradients(dq, dk, dv, dbias, bias_grad):
-    return (dq, dk, dv, (dbias if bias_grad else None)) + (None,) * _NON_TENSOR_INPUTS
+def _gradients(dq, dk, dv, dbias, bias_grad, more=0):
+    """The gradients of attention_forward's inputs (and of `more` inputs after them)."""
+    return (dq, dk, dv, (dbias if bias_grad else None)) + (None,) * (_NON_TENSOR_INPUTS + more)
 
 
 def _backward(ctx, dout, dlse):
@@ -312,15 +333,18 @@ class _OnceDifferentiable(torch.autograd.Function):
 
 
 class _EagerAttention(torch.autograd.Function):
-    """attention_forward with its backward, without the custom-op dispatch (eager mode only)."""
+    """attention_forward with its backward, without the custom-op dispatch (eager mode only). Its
+    last input, bhmd, takes SDPA's [B, H, M, D] tensors as they are (_forward): transposes around
+    the call would add four view nodes to the forward and four to the backward."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision):
+                seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision, bhmd):
         out, lse = _forward(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                            seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, precision)
+                            seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, precision, bhmd)
         _setup_context(ctx, (q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
                              seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision), (out, lse))
+        ctx.bhmd = bhmd
         # The LSE's gradient is never used: without this autograd fills a zero tensor for it (a
         # kernel launch on the path to the backward's first kernel).
         ctx.set_materialize_grads(False)
@@ -329,10 +353,10 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         if dout is None:  # only the LSE was used, which has no gradient
-            return _gradients(None, None, None, None, False)
+            return _gradients(None, None, None, None, False, more=1)
         args = _backward_inputs(ctx, dout)
         with torch.no_grad():
-            grads = _gradients(*_backward_op(*args), args[-1])
+            grads = _gradients(*_backward_op(*args, bhmd=ctx.bhmd), args[-1], more=1)
         if not torch.is_grad_enabled():
             return grads
         dq, dk, dv, dbias = _OnceDifferentiable.apply(grads[:4], dout, *args[1:5])
@@ -352,11 +376,11 @@ def attend(*args, bhmd=False):
     """attention_forward(*args) with autograd: through the custom op when tracing, directly otherwise.
     bhmd: q, k, v are [B, H, M, D] (SDPA's layout) and so is the output."""
     tracing = _tracing(args[0])
-    if _autograd is not None and not tracing:
-        return _autograd.attention(*args, bhmd)
+    if not tracing:
+        return (_autograd.attention if _autograd is not None else _EagerAttention.apply)(*args, bhmd)
     if bhmd:
         args = (*map(_to_bmhk, args[:3]), *args[3:])
-    out, lse = attention_forward(*args) if tracing else _EagerAttention.apply(*args)
+    out, lse = attention_forward(*args)
     return (_to_bmhk(out) if bhmd else out), lse
 
 
