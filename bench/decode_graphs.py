@@ -5,8 +5,14 @@ drops out. memattn on K/V tensors, attention_with_kvcache on a contiguous cache 
 max_seqlen_k) with the dispatcher's split count and with 8..256 parts forced, and SDPA's FLASH and
 CUDNN backends, over a fixed list of decoding problems (bf16, one query row per sequence).
 
-  python3 bench/decode_graphs.py
+With --lead each graph starts with one small kernel, as a decoding step's graph of many layers
+runs attention behind the layer's previous op, and the table gives the time beyond that kernel's
+own (measured alone the same way): a graph's first kernel can start behind the L2 flush in ways
+no later one does.
+
+  python3 bench/decode_graphs.py [--lead]
 """
+import argparse
 import statistics
 
 import torch
@@ -21,8 +27,9 @@ SPLITS = [None, 8, 16, 32, 64, 128, 256]  # None: the dispatcher's choice
 PEERS = [("FA2", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION)]
 
 
-def graph_us(fn, flush, iters=30):
-    """Median time of fn's work replayed from a CUDA graph, L2 flushed before each replay."""
+def graph_us(fn, flush, iters=30, lead=None):
+    """Median time of fn's work replayed from a CUDA graph, L2 flushed before each replay; lead: a
+    call captured before fn's."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up outside the capture (allocations, first-call work)
@@ -32,6 +39,8 @@ def graph_us(fn, flush, iters=30):
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
+        if lead is not None:
+            lead()
         fn()
     times = []
     for _ in range(iters):
@@ -45,16 +54,25 @@ def graph_us(fn, flush, iters=30):
     return statistics.median(times)
 
 
-def cell(fn, flush):
+def cell(fn, flush, lead=None, lead_us=0.0):
     try:
-        return f"{graph_us(fn, flush):.1f}"
+        return f"{graph_us(fn, flush, lead=lead) - lead_us:.1f}"
     except Exception as e:  # a backend that refuses the problem or the capture
         return f"({type(e).__name__})"
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lead", action="store_true", help="each graph behind one small kernel (see above)")
+    args = parser.parse_args()
     dev = "cuda"
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    lead, lead_us = None, 0.0
+    if args.lead:
+        previous = torch.zeros(1 << 16, device=dev)  # a layer's previous op, one small elementwise kernel
+        lead = lambda: previous.add_(1.0)
+        lead_us = graph_us(lambda: None, flush, lead=lead)
+        print(f"the small kernel alone: {lead_us:.1f} us (taken off every cell)")
     print("| B | Mk | Hq/Hk | D | tensors | " + " | ".join(f"cache ({s or 'auto'})" for s in SPLITS) + " | "
           + " | ".join(name for name, _ in PEERS) + " |")
     print("|---" * (5 + len(SPLITS) + len(PEERS)) + "|")
@@ -63,16 +81,17 @@ def main():
         rand = lambda *shape: torch.randn(*shape, generator=gen, device=dev, dtype=torch.bfloat16)
         q, k, v, k_new, v_new = rand(b, 1, hq, d), rand(b, mk, hk, d), rand(b, mk, hk, d), rand(b, 1, hk, d), rand(b, 1, hk, d)
         held = torch.full((b,), mk - 1, dtype=torch.int32, device=dev)
-        cells = [cell(lambda: memattn.attention(q, k, v), flush)]
+        cells = [cell(lambda: memattn.attention(q, k, v), flush, lead, lead_us)]
         for splits in SPLITS:
             cells.append(cell(lambda: memattn.attention_with_kvcache(q, k, v, k_new, v_new, cache_seqlens=held,
-                                                                     num_splits=splits, max_seqlen_k=mk), flush))
+                                                                     num_splits=splits, max_seqlen_k=mk),
+                              flush, lead, lead_us))
         for _, backend in PEERS:
             def sdpa():
                 with sdpa_kernel([backend]):
                     return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                           enable_gqa=hq != hk)
-            cells.append(cell(sdpa, flush))
+            cells.append(cell(sdpa, flush, lead, lead_us))
         print(f"| {b} | {mk} | {hq}/{hk} | {d} | " + " | ".join(cells) + " |", flush=True)
 
 
