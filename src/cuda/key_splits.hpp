@@ -14,8 +14,12 @@ namespace memattn::cuda {
 // At most this many parts; KernelOverrides::num_splits has the same bound.
 inline constexpr int kMaxKeySplits = 256;
 // The automatic choice gives each part at least this many key tiles and at most kAutoKeySplits
-// parts: beyond that the combine reads more than a part's walk saves.
-inline constexpr int kMinKeyTilesPerSplit = 2;
+// parts: beyond that the combine reads more than a part's walk saves. One key tile a part beat
+// two wherever the slots allow it: H200, B 1 / 32-8 heads, one-warp 16-row tile, CUDA graphs, us
+// with parts of two tiles -> one: tensors D = 128 1k / 2k / 4k keys 13 / 14 / 16 -> 11 / 13 / 15,
+// D = 64 12 / 12 / 13 -> 11 / 11 / 13; a contiguous cache with an appended key D = 128
+// 28 / 29 / 30 -> 21 / 22 / 24, D = 64 23 / 24 / 25 -> 19 / 19 / 20.
+inline constexpr int kMinKeyTilesPerSplit = 1;
 inline constexpr int kAutoKeySplits = 64;
 
 // Work items that fill the GPU can still leave its last wave mostly idle: 512 query tiles on 396

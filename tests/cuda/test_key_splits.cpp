@@ -34,7 +34,8 @@ TEST(KeySplits, OneWaveRatherThanASpilledSecond) {
 
 TEST(KeySplits, EachPartKeepsKeyTiles) {
   EXPECT_EQ(plan_key_splits(8, 264, 10), 10 / kMinKeyTilesPerSplit);
-  EXPECT_EQ(plan_key_splits(8, 264, 3), 1);  // one key tile a part: no split
+  EXPECT_EQ(plan_key_splits(8, 264, 3), 3 / kMinKeyTilesPerSplit);
+  EXPECT_EQ(plan_key_splits(8, 264, 1), 1);  // one key tile: nothing to split
   EXPECT_EQ(plan_key_splits(8, 264, 0), 1);
 }
 
