@@ -238,16 +238,18 @@ def test_sdpa_layout_matches_attention_on_the_transposes(device, causal, bias):
 
 
 @pytest.mark.parametrize("dout_requires_grad", [False, True])
-def test_double_backward_raises_the_library_error(dout_requires_grad):
+@pytest.mark.parametrize("call", [memattn.attention, memattn.scaled_dot_product_attention])
+def test_double_backward_raises_the_library_error(dout_requires_grad, call):
     """Issue 30 #4: the backward is once-differentiable. A loss that uses the gradient dq must not
     treat it as a constant (dq was off by 2.3): a second backward raises, whether or not dout
-    requires grad (out.sum() gives a dout that does not)."""
+    requires grad (out.sum() gives a dout that does not); in either layout (SDPA's reaches the
+    library without transposes)."""
     q, k, v = (torch.randn(1, 5, 2, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    out = memattn.attention(q, k, v)
+    out = call(q, k, v)
     dout = torch.randn_like(out, requires_grad=dout_requires_grad)
     dq, dk = torch.autograd.grad(out, (q, k), dout, create_graph=True)
     # create_graph leaves the first-order gradients as they are
-    ref_q, ref_k = (torch.autograd.grad(memattn.attention(q, k, v), (q, k), dout.detach()))
+    ref_q, ref_k = (torch.autograd.grad(call(q, k, v), (q, k), dout.detach()))
     assert torch.equal(dq, ref_q) and torch.equal(dk, ref_k)
     for target in (q, k, v):
         with pytest.raises(RuntimeError, match="memattn: the attention backward is not differentiable"):
