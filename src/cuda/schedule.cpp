@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "cuda/device_info.hpp"
 #include "cuda/key_splits.hpp"
 #include "cuda/tail_split.hpp"
 #include "cuda/workspace.hpp"
@@ -39,18 +40,6 @@ Status resident_ctas(const Row& k, std::int64_t* ctas) {
   return Status::Ok();
 }
 
-// L2 bytes of the current GPU, asked once per device.
-std::int64_t l2_bytes() {
-  static std::mutex mutex;
-  static std::map<int, std::int64_t> cache;
-  int device = 0, bytes = 0;
-  cudaGetDevice(&device);
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (const auto it = cache.find(device); it != cache.end()) return it->second;
-  cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device);
-  return cache[device] = bytes;
-}
-
 // The work order's groups of (sequence, head) pairs (work_order.hpp, rank_work) for `tiles`
 // tiles per pair; 0: one pair after another. Only a causal-type mask (a right bound, no left
 // bound) makes the tiles uneven with the heaviest where the order puts them first (the last query
@@ -74,7 +63,7 @@ Status work_groups(const Row& k, const detail::Problem& p, int tiles, std::int64
   if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
   std::int64_t group = (2 * resident + tiles - 1) / tiles;
   if (reused_bytes > 0) {
-    const std::int64_t lean = (resident + tiles - 1) / tiles, budget = l2_bytes() / 2;
+    const std::int64_t lean = (resident + tiles - 1) / tiles, budget = std::int64_t(device_attribute(cudaDevAttrL2CacheSize)) / 2;
     if (group * reused_bytes > budget && lean * reused_bytes <= budget) group = lean;
   }
   *groups = std::max<std::int64_t>(1, pairs / std::max<std::int64_t>(group, 1));

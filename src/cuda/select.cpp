@@ -49,13 +49,6 @@ bool aligned16(const TensorRef& t) {
   return true;
 }
 
-int smem_per_block_optin() {
-  int device = 0, bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  return bytes;
-}
-
 // A row's shared memory per CTA (its main kernel's, as `memattn kernels --resources` reports it),
 // asked of the driver once per row. Rows sized for Hopper (up to 227 KB) do not launch on GPUs
 // that allow less (A100: 163 KB, sm_86/sm_89: 99 KB); the dispatcher passes over them there.
@@ -83,7 +76,7 @@ Need need(const detail::Problem& p, std::initializer_list<const TensorRef*> tens
   n.aligned = p.head_dim % vector == 0 && p.head_dim_v % vector == 0;
   for (const TensorRef* t : tensors) n.aligned = n.aligned && aligned16(*t);
   n.compute_capability = compute_capability();
-  n.smem_per_block = smem_per_block_optin();
+  n.smem_per_block = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
   return n;
 }
 
