@@ -251,6 +251,10 @@ def test_double_backward_raises_the_library_error(dout_requires_grad, call):
     # create_graph leaves the first-order gradients as they are
     ref_q, ref_k = (torch.autograd.grad(call(q, k, v), (q, k), dout.detach()))
     assert torch.equal(dq, ref_q) and torch.equal(dk, ref_k)
+    # and they are the gradients (the written-out attention, read in the call's layout)
+    layout = (lambda t: t.transpose(1, 2)) if call is memattn.scaled_dot_product_attention else (lambda t: t)
+    math_q, math_k = torch.autograd.grad(layout(math_attention(*map(layout, (q, k, v)))), (q, k), dout.detach())
+    assert rel_error(dq, math_q) <= 1e-10 and rel_error(dk, math_k) <= 1e-10
     for target in (q, k, v):
         with pytest.raises(RuntimeError, match="memattn: the attention backward is not differentiable"):
             torch.autograd.grad((out.sum() + dq.square().sum() + dk.sum()), (target,), retain_graph=True)
