@@ -30,7 +30,8 @@ const char* to_string(Backend backend);
 // 3xTF32 scores bit for bit; elsewhere it takes the FMA rows, which take the forward's LSE as exact
 // for scores they recompute differently (given a 3xTF32 forward's LSE, dV's error was 5e-5 at
 // logits of 100 and NaN at scores of 1e8). `automatic`: tf32x3, but ieee for a forward that writes
-// the LSE of a problem the 3xTF32 backward rows do not take; the two passes agree unless the
+// the LSE of a problem the 3xTF32 backward rows do not take (a KV cache call's LSE meets no
+// backward: tf32x3); the two passes agree unless the
 // backward asks `deterministic` or its gradients are not 16-byte aligned (then ask ieee of both).
 // The CPU backends always compute with fp32 (or float64) FMAs.
 enum class Precision : int { automatic, ieee, tf32x3 };

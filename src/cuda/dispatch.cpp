@@ -174,6 +174,7 @@ Status describe_forward(const ForwardArgs& args, const detail::Problem& p, std::
   ForwardPlan plan;
   if (Status s = plan_forward(args, p, &plan); !s.ok()) return s;
   *text = describe(*plan.kernel);
+  if (p.cache.enabled && !plan.kernel->paged) *text += ", the KV cache read as strided rows (one page per sequence)";
   if (plan.packed_gqa) *text += ", the query heads of each kv head as its rows";
   if (plan.params.num_splits > 1)
     *text += ", keys split over " + std::to_string(plan.params.num_splits) + " CTAs per query tile, then combined";

@@ -51,7 +51,9 @@ struct KernelRow {
   bool tail_split;    // backward: the last wave's key tiles can be split along their queries (tail_split.hpp)
   bool split_keys;    // forward: a query tile's keys can be split over CTAs, the parts combined (split_keys.hpp)
   bool tma;           // loads Q, K and V by TMA: needs tensors a tensor map describes (sm90/tma_map.hpp)
-  bool paged;         // forward: K and V from a KV cache's pages; runs cache problems only, and only it does
+  // forward: K and V from a KV cache's pages; runs cache problems only. (The split_keys rows also
+  // read a cache of one page per sequence, as strided tensors.)
+  bool paged;
   // Chosen only when a key sees at least this many queries on average (0: always): rows whose
   // per-CTA prologue and epilogue pay off only over long query loops.
   int min_queries_per_key;

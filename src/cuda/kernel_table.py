@@ -63,7 +63,13 @@ def few_queries_min(head_dim):
     return SM80_DECODE_QUERIES + 1 if head_dim in SM80_DECODE_TILES else 0
 
 # KV cache rows (kPagedKV, paged_kv.hpp): the few-queries tile of these buckets, each key row's
-# address looked up from its page (any page size), split keys for decoding.
+# address looked up from its page (any page size), split keys for decoding. A cache of one page per
+# sequence (contiguous, with or without batch_idx, or a block table of one column) runs on the rows
+# that split keys instead, as strided K and V (fwd_kernel.hpp, nothing located). H200, bf16, 32-8
+# heads, `memattn run --graph`, us, paged rows -> plain rows: one query row B 1 / 8k D 128 with one
+# appended key 35.0 -> 25.3 (tensors 21.0), without 23.4 -> 21.1; D 64 25.7 -> 17.8; B 64 / 2k
+# 155 -> 137; B 16 / 32k 504 -> 494 (tensors 490); chunks of 16 rows, B 16 / 8k 459 -> 243; of 512
+# rows against 32k 1114 -> 812 (tensors 800, both on the sm80 rows).
 SM80_PAGED_BUCKETS = (64, 128, 256)
 # Feature code variants, measured on the H100 (bf16, S = 2048, TFLOP/s):
 # - Paired dropout (_dpair): each Philox call serves the lanes that need its words (same masks,
@@ -546,7 +552,9 @@ def covers(a, b, on_sm90=False):
             (not a.atomics or b.atomics) and  # atomics: never with `deterministic`
             (not a.tma or b.tma) and  # a TMA row refuses tensors no tensor map describes
             (a.math != "tf32x3" or b.math == "tf32x3") and  # 3xTF32 rows refuse `precision = ieee`
-            a.paged == b.paged and  # a KV cache problem runs on the paged rows alone
+            a.paged == b.paged and  # a paged KV cache runs on the paged rows alone
+            # a cache of one page per sequence runs on the rows that split keys too (strided tensors)
+            (splits_keys(a) or not splits_keys(b)) and
             a.min_queries_per_key <= b.min_queries_per_key)
 
 

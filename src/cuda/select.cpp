@@ -37,6 +37,7 @@ struct Need {
   bool tma_loadable = false;   // Q, K and V described by tensor maps (sm90/tma_map.hpp)
   bool varlen = false;         // packed variable-length sequences
   bool kv_cache = false;       // K and V from a KV cache (ForwardArgs::kv_cache)
+  bool one_page_cache = false;  // a cache of one page per sequence (contiguous): strided rows read it too
   double queries_per_key = 0;  // visible (query, key) pairs per key and head
   int compute_capability;
   int smem_per_block = 0;  // the device's opt-in limit of shared memory per CTA, bytes
@@ -130,14 +131,17 @@ Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   Need n = need(p, {&a.q, &a.k, &a.v, &a.out});
   n.varlen = p.varlen;
   n.kv_cache = p.cache.enabled;
+  n.one_page_cache = p.cache.enabled && p.cache.pages_per_seq == 1;
   n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
   n.queries_per_key = queries_per_key(p);
   // `automatic` (types.hpp): 3xTF32 unless the call writes the LSE for a backward that has no
   // 3xTF32 row for the problem. The FMA backward takes the LSE as exact for the scores it
   // recomputes, and 3xTF32 scores differ from those by a few fp32 roundings; the 3xTF32 backward
-  // recomputes them bit for bit. Only fp32 has 3xTF32 rows: no table walk for 16-bit calls.
-  n.ieee = a.precision == Precision::ieee || (a.precision == Precision::automatic && a.lse.defined() &&
-                                              p.dtype == DType::f32 && !tf32x3_backward_fits(n));
+  // recomputes them bit for bit. Only fp32 has 3xTF32 rows: no table walk for 16-bit calls. A KV
+  // cache call's LSE meets no backward (the backward takes no cache).
+  n.ieee = a.precision == Precision::ieee ||
+           (a.precision == Precision::automatic && a.lse.defined() && p.dtype == DType::f32 && !p.cache.enabled &&
+            !tf32x3_backward_fits(n));
   n.tma_loadable = tma_loadable(a.q) && tma_loadable(a.k) && tma_loadable(a.v);
   return n;
 }
@@ -174,8 +178,13 @@ bool fits(const Row& k, const Need& n, std::string* why) {
   if (k.family == Family::sm90 && n.compute_capability != 90)
     return no([] { return std::string("sm_90a code runs on Hopper only"); });
   if (k.dtype != n.dtype) return no([&] { return std::string("dtype ") + to_string(k.dtype); });
-  if (k.paged != n.kv_cache)
-    return no([&] { return std::string(k.paged ? "reads a KV cache: KV cache calls only" : "no KV cache"); });
+  if (k.paged && !n.kv_cache) return no([] { return std::string("reads a KV cache: KV cache calls only"); });
+  // The sm80 register forward (the rows that split keys) reads a cache of one page per sequence as
+  // strided tensors; pages take the paged rows.
+  if (n.kv_cache && !k.paged && !(n.one_page_cache && k.split_keys))
+    return no([&] {
+      return std::string(k.split_keys ? "reads a KV cache of one page per sequence only" : "reads no KV cache");
+    });
   if (k.max_head_dim < n.head_dim) return no([&] { return "head dims up to " + std::to_string(k.max_head_dim); });
   if (k.alignment > 1 && !n.aligned)
     return no([] { return std::string("needs head dims, strides and pointers aligned to 16 bytes"); });

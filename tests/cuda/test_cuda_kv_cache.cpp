@@ -1,10 +1,12 @@
-// The KV cache on the CUDA backend (the kPagedKV rows, paged_kv.hpp; the append, kv_cache.cu):
-// the CPU test's calls (support/kv_cache.hpp) with every buffer mirrored to the device. Contiguous,
-// batch_idx and paged caches (page 1, 16, 64, 256, 512: pages smaller than, equal to and larger
-// than a key tile, and one page per sequence) give outputs equal bit for bit, each matching the
-// float64 reference read before the append; the cache after the call holds the new keys at their
-// slots and nothing else changed; split keys (1 to 64 parts) agree with the reference; grouped
-// heads of one query row run as rows (causal) or not (a left window); refusals write nothing.
+// The KV cache on the CUDA backend (the kPagedKV rows, paged_kv.hpp; caches of one page per
+// sequence on the plain rows, as strided tensors; the append, kv_cache.cu): the CPU test's calls
+// (support/kv_cache.hpp) with every buffer mirrored to the device. Contiguous, batch_idx and paged
+// caches (page 1, 16, 64, 256, 512: pages smaller than, equal to and larger than a key tile, and
+// one page per sequence) give outputs equal bit for bit, each matching the float64 reference read
+// before the append; the cache after the call holds the new keys at their slots and nothing else
+// changed; split keys (1 to 64 parts) agree with the reference; grouped heads of one query row run
+// as rows (causal) or not (a left window); fp32 caches of one page per sequence run on the 3xTF32
+// rows; refusals write nothing.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -161,8 +163,9 @@ TEST_F(CudaKvCache, SplitKeysAgreeWithTheReference) {
   }
 }
 
-TEST_F(CudaKvCache, ThePlanNamesAPagedRow) {
-  Call call = testing::store(testing::draw(decode_shape(DType::bf16, 128)), Layout::paged, 16);
+// The dispatcher's plan for a call stored in `layout`.
+std::string plan_of(Layout layout, std::int64_t page_size) {
+  Call call = testing::store(testing::draw(decode_shape(DType::bf16, 128)), layout, page_size);
   DeviceBuffers d;
   ForwardArgs a = call.args(Backend::cuda);
   a.q.data = d.upload(call.q.data(), call.q.bytes.size());
@@ -171,11 +174,41 @@ TEST_F(CudaKvCache, ThePlanNamesAPagedRow) {
   a.out.data = d.upload(call.out.data(), call.out.bytes.size());
   a.lse.data = d.upload(call.lse.data(), call.lse.bytes.size());
   a.kv_cache.seqlens.data = d.upload(call.seqlens);
-  a.kv_cache.block_table.data = d.upload(call.block_table);
+  if (layout == Layout::paged) a.kv_cache.block_table.data = d.upload(call.block_table);
+  if (layout == Layout::batch_idx) a.kv_cache.batch_idx.data = d.upload(call.batch_idx);
   std::string plan;
-  ASSERT_TRUE(describe_plan(a, &plan).ok());
-  EXPECT_NE(plan.find("_paged"), std::string::npos) << plan;
-  EXPECT_NE(plan.find("query heads of each kv head as its rows"), std::string::npos) << plan;  // GQA 8/2, one row
+  const Status st = describe_plan(a, &plan);
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  return plan;
+}
+
+// Pages take the paged rows; a cache of one page per sequence (contiguous, batch_idx, or a block
+// table of one column: pages of 512 for a capacity of 300) the plain rows, which read it as strided
+// tensors instead of locating each key row.
+TEST_F(CudaKvCache, ThePlanNamesTheRowsOfTheLayout) {
+  const std::string paged = plan_of(Layout::paged, 16);
+  EXPECT_NE(paged.find("_paged"), std::string::npos) << paged;
+  EXPECT_EQ(paged.find("strided rows"), std::string::npos) << paged;
+  EXPECT_NE(paged.find("query heads of each kv head as its rows"), std::string::npos) << paged;  // GQA 8/2, one row
+  for (const auto& [layout, page] : {std::pair{Layout::contiguous, std::int64_t(0)},
+                                     std::pair{Layout::batch_idx, std::int64_t(0)},
+                                     std::pair{Layout::paged, std::int64_t(512)}}) {
+    const std::string plan = plan_of(layout, page);
+    EXPECT_NE(plan.find("_plain"), std::string::npos) << plan;
+    EXPECT_NE(plan.find("the KV cache read as strided rows"), std::string::npos) << plan;
+  }
+}
+
+// fp32 has no paged row, but a cache of one page per sequence runs on the 3xTF32 plain rows.
+TEST_F(CudaKvCache, Fp32CachesOfOnePagePerSequence) {
+  Shape s = decode_shape(DType::f32, 64);
+  s.m_new = 2;
+  s.Mq = 2;
+  const testing::Contents c = testing::draw(s);
+  for (const Layout layout : {Layout::contiguous, Layout::batch_idx}) {
+    SCOPED_TRACE("layout " + std::to_string(int(layout)));
+    testing::run_and_check(c, layout, 0, Backend::cuda, on_device());
+  }
 }
 
 // With KvCache::max_seqlen_k the call reads no index on the host: it returns while its stream is

@@ -72,11 +72,13 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
 
-  // kPagedKV: K and V from a KV cache's pages, each sequence's key count from the cache.
+  // kPagedKV: K and V from a KV cache's pages, each sequence's key count from the cache. The other
+  // rows read a cache of one page per sequence (p.cache_seqlens set: the dispatcher sends no other
+  // cache here) as strided tensors: a branch per work item, where locating rows costs every tile.
   constexpr bool kPaged = (kFeatures & kPagedKV) != 0;
   const auto sequence = [&](int b) {
     if constexpr (kPaged) return cache_sequence_info(p, b);
-    else return sequence_info(p, b);
+    else return p.cache_seqlens != nullptr ? cache_sequence_info(p, b) : sequence_info(p, b);
   };
   WorkItem work = work_in;
   const SequenceInfo seq = sequence(work.b);
@@ -125,7 +127,7 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   // K and V pointers at the sequence's first key; tile n starts kBlockN * n rows further. With a
   // KV cache, at the head in page 0: each row's page is looked up (paged_kv.hpp).
   const int hk = work.h / p.group;
-  const std::int64_t kv_batch = kPaged ? 0 : seq.batch;
+  const std::int64_t kv_batch = kPaged ? 0 : (p.cache_seqlens != nullptr ? contiguous_cache_row(p, work.b) : seq.batch);
   // The sequence's page lookup, made once: rebuilt at each load it cost the paged D = 128 row a
   // spill under the three-CTA register cap. Each key tile's rows are located with it into shared
   // memory (locate_rows), tile n's into rows[n % 2], where both of the tile's copies read them.
