@@ -164,8 +164,10 @@ Status forward(const ForwardArgs& args, const detail::Problem& p) {
   const Scratch scratch(args, plan.workspace_bytes, stream);
   if (Status s = scratch.status(); !s.ok()) return s;
   bind_forward_workspace(scratch.get(), &plan.params);
-  // A cache's new keys go in once nothing can refuse the call any more, before the kernel reads them.
-  if (Status s = append_kv_cache(args, p); !s.ok()) return s;
+  // A cache's new keys go in once nothing can refuse the call any more, before the kernel reads
+  // them, unless the kernel writes them itself (cache_params).
+  if (plan.params.cache_k_new == nullptr)
+    if (Status s = append_kv_cache(args, p); !s.ok()) return s;
   if (Status s = plan.kernel->launch(plan.params, stream); !s.ok()) return s;
   return plan.params.num_splits > 1 ? launch_split_combine(plan.params, p.dtype, stream) : Status::Ok();
 }

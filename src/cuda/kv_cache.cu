@@ -1,8 +1,8 @@
 // The KV cache on CUDA (ForwardArgs::kv_cache): the forward's cache parameters, and the append:
 // the rows of k_new and v_new copied to the slots of positions seqlens[b] onwards, before the
-// forward reads the cache. Validation has read every index on the host, or the call is bounded
-// (KvCache::max_seqlen_k) and the kernels clamp them; either way the kernels read them on the
-// device (no host copy to upload).
+// forward reads the cache, or by the forward kernel itself (a few new keys: cache_params).
+// Validation has read every index on the host, or the call is bounded (KvCache::max_seqlen_k) and
+// the kernels clamp them; either way the kernels read them on the device (no host copy to upload).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -51,6 +51,26 @@ __global__ void append_kernel(const __grid_constant__ AppendView v) {
   }
 }
 
+// The most new keys per sequence that the forward kernel writes into the cache itself
+// (cache_append.hpp). Every CTA that attends to them copies them first, each query tile and each
+// query head of a group again, so a chunk of many rows goes to the append kernel, which copies
+// each once; a decode step (one row, or a few speculative ones) saves that kernel's launch.
+constexpr std::int64_t kMaxNewKeysInForward = 16;
+
+bool aligned16(const TensorRef& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (t.strides[d] * std::int64_t(dtype_size(t.dtype)) % 16 != 0) return false;
+  return t.sizes[3] * std::int64_t(dtype_size(t.dtype)) % 16 == 0;
+}
+
+// Whether the forward kernel appends: a few new keys, every row it copies whole 16-byte vectors.
+bool append_in_forward(const ForwardArgs& a, const detail::Problem& p) {
+  const KvCache& c = a.kv_cache;
+  return p.cache.new_keys > 0 && p.cache.new_keys <= kMaxNewKeysInForward && aligned16(c.k_new) &&
+         aligned16(c.v_new) && aligned16(a.k) && aligned16(a.v);
+}
+
 }  // namespace
 
 // A contiguous cache's pages are its rows: batch_idx[b], or b.
@@ -63,6 +83,14 @@ void cache_params(const ForwardArgs& a, const detail::Problem& p, FwdParams* f) 
   f->cache_num_pages = a.k.sizes[0];
   if (c.block_table.defined()) f->cache_pages = c.block_table.data, f->cache_pages_stride = c.block_table.row_stride;
   else if (c.batch_idx.defined()) f->cache_pages = c.batch_idx.data, f->cache_pages_stride = c.batch_idx.stride;
+  if (append_in_forward(a, p)) {
+    f->cache_k_new = c.k_new.data;
+    f->cache_v_new = c.v_new.data;
+    f->k_new_batch_stride = c.k_new.strides[0], f->k_new_row_stride = c.k_new.strides[1];
+    f->k_new_head_stride = c.k_new.strides[2];
+    f->v_new_batch_stride = c.v_new.strides[0], f->v_new_row_stride = c.v_new.strides[1];
+    f->v_new_head_stride = c.v_new.strides[2];
+  }
 }
 
 Status append_kv_cache(const ForwardArgs& args, const detail::Problem& p) {

@@ -3,10 +3,11 @@
 // (support/kv_cache.hpp) with every buffer mirrored to the device. Contiguous, batch_idx and paged
 // caches (page 1, 16, 64, 256, 512: pages smaller than, equal to and larger than a key tile, and
 // one page per sequence) give outputs equal bit for bit, each matching the float64 reference read
-// before the append; the cache after the call holds the new keys at their slots and nothing else
-// changed; split keys (1 to 64 parts) agree with the reference; grouped heads of one query row run
-// as rows (causal) or not (a left window); fp32 caches of one page per sequence run on the 3xTF32
-// rows; refusals write nothing.
+// before the append; the cache after the call holds the new keys at their slots (written by the
+// forward kernel, or past 16 new keys by the append kernel) and nothing else changed; split keys
+// (1 to 64 parts) agree with the reference; grouped heads of one query row run as rows (causal) or
+// not (a left window); fp32 caches of one page per sequence run on the 3xTF32 rows; refusals write
+// nothing.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -137,6 +138,22 @@ TEST_F(CudaKvCache, WindowAndNoMaskWithNewKeys) {
   check_layouts(s, Backend::cuda, {16, 64}, on_device());
   s.mask = Mask::none();
   check_layouts(s, Backend::cuda, {16, 64}, on_device());
+}
+
+// Up to 16 new keys the forward kernel writes them into the cache itself (cache_append.hpp), more
+// go through the append kernel first; under a left window of 2 one query row sees only the last
+// 3 keys, so most new rows are written by the CTA that writes them all, read by none.
+TEST_F(CudaKvCache, NewKeysNoQuerySeesStillReachTheCache) {
+  for (const std::int64_t m_new : {1, 6, 16, 17}) {
+    SCOPED_TRACE("new keys " + std::to_string(m_new));
+    Shape s = decode_shape(DType::bf16, 128);
+    s.held = {5, 0, 270};
+    s.m_new = m_new;
+    s.mask = Mask::window(2, 0, Alignment::bottom_right);
+    check_layouts(s, Backend::cuda, {16, 64}, on_device());
+    s.mask = Mask::causal(Alignment::bottom_right);
+    check_layouts(s, Backend::cuda, {16}, on_device());
+  }
 }
 
 TEST_F(CudaKvCache, HeadDims64And256AndMultiQuery) {

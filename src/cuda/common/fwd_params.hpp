@@ -79,6 +79,13 @@ struct FwdParams {
   std::int64_t cache_pages_stride, cache_num_pages;
   int cache_page_divisor;
   std::uint32_t cache_page_multiplier, cache_page_shift;
+  // The append inside the forward kernel (kv_cache.cu's append_in_forward; cache_append.hpp):
+  // k_new and v_new ([B, cache_new_keys, Hk, D or Dv]), whose rows the kernel writes into the cache
+  // at positions k_len - cache_new_keys onwards. Null: the append kernel wrote them before.
+  const void* cache_k_new;
+  const void* cache_v_new;
+  std::int64_t k_new_batch_stride, k_new_row_stride, k_new_head_stride;
+  std::int64_t v_new_batch_stride, v_new_row_stride, v_new_head_stride;
 };
 
 }  // namespace memattn::cuda

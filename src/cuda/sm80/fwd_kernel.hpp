@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "core/mask.hpp"
+#include "cuda/common/cache_append.hpp"
 #include "cuda/common/dependent_launch.hpp"
 #include "cuda/common/epilogue.hpp"
 #include "cuda/common/fragments.hpp"
@@ -82,6 +83,14 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   };
   WorkItem work = work_in;
   const SequenceInfo seq = sequence(work.b);
+  // The append inside the forward (cache_append.hpp): the new rows into the cache, all of them by
+  // the first CTA of each (sequence, kv head), before anything can return.
+  const auto cache_rows = [&] {
+    if constexpr (kPaged) return PageLookup(p, work.b);
+    else return OneCacheRow{p.cache_seqlens != nullptr ? contiguous_cache_row(p, work.b) : 0};
+  };
+  if (p.cache_k_new != nullptr && work.split == 0 && work.m_block == 0 && work.h % p.group == 0)
+    write_new_rows<Element, Traits::kThreads>(p, work.b, work.h / p.group, seq.k_len, 0, seq.k_len, cache_rows());
   const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
   if (m0 >= seq.q_len) return;
   const int rows = int(min(std::int64_t(kBlockM), seq.q_len - m0));
@@ -183,10 +192,12 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
         load_bias_tile<kBlockM, kBlockN, Traits::kThreads>(p, work.b, work.h, m0, std::int64_t(n) * kBlockN, seq.q_len,
                                                            seq.k_len, smem_bias);
   };
-  if constexpr (kPaged) {
-    locate_rows(n_last);
-    __syncthreads();
-  }
+  // The new rows of this CTA's key tiles, written by its threads before any of them reads them.
+  if (p.cache_k_new != nullptr)
+    write_new_rows<Element, Traits::kThreads>(p, work.b, hk, seq.k_len, std::int64_t(n_first) * kBlockN,
+                                              (std::int64_t(n_last) + 1) * kBlockN, cache_rows());
+  if constexpr (kPaged) locate_rows(n_last);
+  if (kPaged || p.cache_k_new != nullptr) __syncthreads();
   load_kv(k_ptr, p.k_batch_stride, p.k_row_stride, smem_k, n_last, p.head_dim);
   load_bias(n_last);
   cp_async_fence();
