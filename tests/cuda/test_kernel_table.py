@@ -115,6 +115,19 @@ class KernelTable(unittest.TestCase):
                     self.assertTrue(r.family == 90 and (r.wide or r.fused) and r.head_dim % r.head_split == 0)
                     self.assertEqual((r.features, r.loads, r.accumulator), ("plain", "vector16", "registers"))
 
+    def test_one_page_caches_find_a_plain_twin_of_each_paged_row(self):
+        # A cache of one page per sequence runs on the rows that split keys, as strided K and V
+        # (select.cpp): each paged row has a plain twin of its tile in front of it.
+        for r in self.rows:
+            if not r.paged:
+                continue
+            with self.subTest(row=r.name):
+                twins = [t for t in self.rows if not t.paged and kt.splits_keys(t) and t.features == "plain" and
+                         (t.pass_, t.dtype, t.head_dim, t.block_m, t.block_n, t.warps, t.loads) ==
+                         (r.pass_, r.dtype, r.head_dim, r.block_m, r.block_n, r.warps, r.loads)]
+                self.assertEqual(len(twins), 1)
+                self.assertLess(twins[0].sort_key(), r.sort_key())
+
     def test_priorities_put_smaller_buckets_first(self):
         # Within a pass and dtype, across families, a register row of a smaller bucket sorts first,
         # so that a problem takes the tightest bucket that fits, except that a plain wgmma row goes
