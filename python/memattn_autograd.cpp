@@ -1,6 +1,6 @@
-// memattn._autograd: the eager PyTorch path as a C++ torch::autograd::Function. Its forward and
-// backward call the library on the tensors' memory; the library itself is memattn._C's, reached
-// through the capsule of memattn_api.hpp.
+// memattn._autograd: the eager PyTorch path as a C++ torch::autograd::Function (and the eager KV
+// cache call, which needs no autograd). Its forward and backward call the library on the tensors'
+// memory; the library itself is memattn._C's, reached through the capsule of memattn_api.hpp.
 //
 // Why C++: a caller that synchronises after each call (a timing loop, the suite) pays all host
 // time before the first kernel. Through the Python torch.autograd.Function (_ops._EagerAttention,
@@ -232,17 +232,20 @@ std::uintptr_t current_stream(const c10::Device& device) {
 #endif
 }
 
+// An int32 index array (variable lengths, a KV cache's lengths) as the library takes it. Torch
+// gives a tensor without elements a null data pointer, which the library reads as an absent
+// array; its storage's address keeps it given, with 0 elements (memattn.attention gives such
+// arrays storage).
+memattn::python::CallOptions::Index index(const OptTensor& t) {
+  if (!t) return {0, 0, 1};
+  return {reinterpret_cast<std::uintptr_t>(t->numel() ? t->data_ptr() : t->storage().data()), t->numel(), t->stride(0)};
+}
+
 // The options both passes share: backend from the tensors' device, mask, dropout, varlen, the
 // current stream, and the workspace.
 void fill_options(memattn::Options* o, const at::Tensor& q, const Settings& s, const OptTensor& rng,
                   const OptTensor& seqstart_q, const OptTensor& seqstart_k, const OptTensor& seqused_k,
                   Workspace* workspace) {
-  // Torch gives a tensor without elements a null data pointer, which the library reads as an
-  // absent array; its storage's address keeps it given, with 0 elements (memattn.attention gives
-  // such arrays storage).
-  const auto address = [](const OptTensor& t) {
-    return !t ? 0 : reinterpret_cast<std::uintptr_t>(t->numel() ? t->data_ptr() : t->storage().data());
-  };
   memattn::python::CallOptions c{};
   c.backend = q.is_cuda() ? memattn::Backend::cuda
               : q.scalar_type() == at::kDouble ? memattn::Backend::reference
@@ -256,10 +259,6 @@ void fill_options(memattn::Options* o, const at::Tensor& q, const Settings& s, c
     c.offset = std::uint64_t(r.data_ptr<std::int64_t>()[1]);
   }
   c.scale = s.scale;
-  const auto index = [&](const OptTensor& t) -> memattn::python::CallOptions::Index {
-    return t ? memattn::python::CallOptions::Index{address(t), t->numel(), t->stride(0)}
-             : memattn::python::CallOptions::Index{0, 0, 1};
-  };
   c.seqstart_q = index(seqstart_q), c.seqstart_k = index(seqstart_k), c.seqused_k = index(seqused_k);
   c.max_seqlen_q = s.max_seqlen_q, c.max_seqlen_k = s.max_seqlen_k;
   c.precision = s.precision;
@@ -370,16 +369,46 @@ struct Attention : torch::autograd::Function<Attention> {
   }
 };
 
-py::tuple attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& bias,
-                    std::int64_t window_left, std::int64_t window_right, bool bottom_right, double dropout_p,
-                    const OptTensor& rng, std::optional<double> scale, const OptTensor& seqstart_q,
-                    const OptTensor& seqstart_k, const OptTensor& seqused_k, std::int64_t max_seqlen_q,
-                    std::int64_t max_seqlen_k, bool deterministic, std::int64_t precision, bool bhmd) {
+// out and lse of q over a KV cache after the append (memattn.attention_with_kvcache's eager calls;
+// _ops._attention_kvcache's arguments): inference, so no autograd node, but the same host path as
+// Attention's, where the Python one described seven tensors and a dict of options to memattn._C.
+// The caches' version counters are the caller's to bump.
+variable_list kvcache_forward(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                              const OptTensor& k_new, const OptTensor& v_new, const at::Tensor& cache_seqlens,
+                              const OptTensor& cache_batch_idx, const OptTensor& block_table, std::int64_t window_left,
+                              std::int64_t window_right, std::optional<double> scale, std::int64_t num_splits,
+                              std::int64_t max_seqlen_k) {
+  TORCH_CHECK_VALUE(q.dim() == 4 && v_cache.dim() == 4, "memattn: q and v_cache must be 4-d tensors");
+  const c10::OptionalDeviceGuard device_guard(q.device());
+  const at::Tensor out = empty("out", {q.size(0), q.size(1), q.size(2), v_cache.size(3)}, q.options());
+  const at::Tensor lse = empty("lse", {q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+  // Masks of a cache call are aligned bottom-right; no dropout, no variable lengths.
+  const Settings s{window_left, window_right, true, 0.0, scale, -1, -1, false, 0, false};
+  memattn::ForwardArgs a;
+  Workspace workspace;
+  fill_options(&a, q, s, std::nullopt, std::nullopt, std::nullopt, std::nullopt, &workspace);
+  a.overrides.num_splits = int(num_splits);
+  a.q = ref(q), a.k = ref(k_cache), a.v = ref(v_cache), a.out = ref(out), a.lse = ref(lse);
+  memattn::KvCache& c = a.kv_cache;
+  c.seqlens = index(cache_seqlens).ref(), c.batch_idx = index(cache_batch_idx).ref();
+  if (block_table)
+    c.block_table = {static_cast<const std::int32_t*>(block_table->data_ptr()), block_table->size(0),
+                     block_table->size(1), block_table->stride(0)};
+  c.k_new = ref(k_new), c.v_new = ref(v_new);
+  c.max_seqlen_k = max_seqlen_k;
+  const memattn::Status status = api->forward(a);
+  workspace.check();
+  check(status);
+  return {out, lse};
+}
+
+// Runs `call` without the GIL, with the library's errors as the Python exceptions memattn raises.
+template <class Call>
+py::tuple call_without_gil(Call&& call) {
   variable_list r;
   try {
     const py::gil_scoped_release release;
-    r = Attention::apply(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
-                         seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision, bhmd);
+    r = call();
   } catch (const c10::ValueError& e) {
     throw py::value_error(e.what_without_backtrace());
   } catch (const c10::NotImplementedError& e) {
@@ -394,10 +423,31 @@ py::tuple attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   return py::make_tuple(r[0], r[1]);
 }
 
+py::tuple attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& bias,
+                    std::int64_t window_left, std::int64_t window_right, bool bottom_right, double dropout_p,
+                    const OptTensor& rng, std::optional<double> scale, const OptTensor& seqstart_q,
+                    const OptTensor& seqstart_k, const OptTensor& seqused_k, std::int64_t max_seqlen_q,
+                    std::int64_t max_seqlen_k, bool deterministic, std::int64_t precision, bool bhmd) {
+  return call_without_gil([&] {
+    return Attention::apply(q, k, v, bias, window_left, window_right, bottom_right, dropout_p, rng, scale, seqstart_q,
+                            seqstart_k, seqused_k, max_seqlen_q, max_seqlen_k, deterministic, precision, bhmd);
+  });
+}
+
+py::tuple kvcache(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache, const OptTensor& k_new,
+                  const OptTensor& v_new, const at::Tensor& cache_seqlens, const OptTensor& cache_batch_idx,
+                  const OptTensor& block_table, std::int64_t window_left, std::int64_t window_right,
+                  std::optional<double> scale, std::int64_t num_splits, std::int64_t max_seqlen_k) {
+  return call_without_gil([&] {
+    return kvcache_forward(q, k_cache, v_cache, k_new, v_new, cache_seqlens, cache_batch_idx, block_table, window_left,
+                           window_right, scale, num_splits, max_seqlen_k);
+  });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_autograd, m) {
-  m.doc() = "memattn's eager autograd path in C++ (used by memattn._ops.attend)";
+  m.doc() = "memattn's eager paths in C++ (used by memattn._ops.attend and memattn._ops.kvcache)";
   const py::object capsule = py::module_::import("memattn._C").attr("_api");
   api = static_cast<const memattn::python::Api*>(PyCapsule_GetPointer(capsule.ptr(), memattn::python::kApiCapsuleName));
   if (api == nullptr) throw py::error_already_set();
@@ -407,4 +457,5 @@ PYBIND11_MODULE(_autograd, m) {
                              std::to_string(memattn::python::kApiVersion) + ")");
   m.def("attention", &attention,
         "(out, lse) with autograd, for memattn._ops.attend's arguments and bhmd ([B, H, M, D] tensors).");
+  m.def("kvcache", &kvcache, "(out, lse) over a KV cache after the append, for memattn._ops.kvcache's arguments.");
 }

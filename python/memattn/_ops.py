@@ -436,13 +436,14 @@ attention_kvcache = torch.library.custom_op("memattn::attention_kvcache", mutate
 
 def kvcache(*args):
     """attention_kvcache(*args): through the custom op when tracing or when an input asks for a
-    gradient (the op has none, and torch says so), directly otherwise. torch's dispatch of a Python
-    op that mutates its arguments took ~140 us of host time per call on the H100 machine, more than
-    a decode step's kernels; the direct call bumps the caches' version counters as the op does."""
+    gradient (the op has none, and torch says so), directly otherwise (memattn._autograd's C++ call
+    where the package has it). torch's dispatch of a Python op that mutates its arguments took ~140
+    us of host time per call on the H100 machine, more than a decode step's kernels; the direct call
+    bumps the caches' version counters as the op does."""
     q, k_cache, v_cache = args[:3]
     if _tracing(q) or torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in args):
         return attention_kvcache(*args)
-    result = _attention_kvcache(*args)
+    result = (_autograd.kvcache if _autograd is not None else _attention_kvcache)(*args)
     for cache in (k_cache, v_cache):  # one tensor a call: torch 2.4 takes no list
         torch.autograd.graph.increment_version(cache)
     return result

@@ -281,6 +281,29 @@ def test_eager_call_marks_the_cache_modified():
         y.backward()
 
 
+@pytest.mark.skipif(memattn._ops._autograd is None, reason="memattn._autograd (the C++ eager path) is not built")
+def test_eager_cxx_call_equals_the_python_call(monkeypatch):
+    """Eager calls go through memattn._autograd's C++ call where the package has it, else through
+    the Python binding: the same outputs, LSE and appended caches bit for bit, the same refusals."""
+    q, keys, values, k_new, v_new = draw(torch.float32, mq=2, m_new=2)
+    held = [9, 17, 2]
+    seqlens = torch.tensor(held, dtype=torch.int32)
+    results = []
+    for path in ("C++", "Python"):
+        if path == "Python":
+            monkeypatch.setattr(memattn._ops, "_autograd", None)
+        cache = Cache(keys, values, held, 8, generator=torch.Generator().manual_seed(1))  # one page order
+        out, lse = memattn.attention_with_kvcache(q, cache.k, cache.v, k_new, v_new, cache_seqlens=seqlens,
+                                                  block_table=cache.block_table, window=(5, 0), return_lse=True)
+        results.append((out, lse, cache.k.nan_to_num(7.0), cache.v.nan_to_num(7.0)))
+        bad = torch.tensor([4, 40, 4], dtype=torch.int32)
+        refused("kv_cache.seqlens", q, cache.k, cache.v, k_new=k_new, v_new=v_new, cache_seqlens=bad,
+                block_table=cache.block_table)
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    expect_reference(results[0][0], q, keys, values, k_new, v_new, held, window=(5, 0))
+
+
 def test_opcheck():
     if not hasattr(torch.library, "opcheck"):
         pytest.skip("torch.library.opcheck is newer than this torch")
