@@ -12,6 +12,7 @@
 #include "cuda/backend.hpp"
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/paged_kv.hpp"
+#include "cuda/select.hpp"
 
 namespace memattn::cuda {
 namespace {
@@ -57,18 +58,14 @@ __global__ void append_kernel(const __grid_constant__ AppendView v) {
 // each once; a decode step (one row, or a few speculative ones) saves that kernel's launch.
 constexpr std::int64_t kMaxNewKeysInForward = 16;
 
-bool aligned16(const TensorRef& t) {
-  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
-  for (int d = 0; d < 3; ++d)
-    if (t.strides[d] * std::int64_t(dtype_size(t.dtype)) % 16 != 0) return false;
-  return t.sizes[3] * std::int64_t(dtype_size(t.dtype)) % 16 == 0;
-}
-
 // Whether the forward kernel appends: a few new keys, every row it copies whole 16-byte vectors.
 bool append_in_forward(const ForwardArgs& a, const detail::Problem& p) {
   const KvCache& c = a.kv_cache;
-  return p.cache.new_keys > 0 && p.cache.new_keys <= kMaxNewKeysInForward && aligned16(c.k_new) &&
-         aligned16(c.v_new) && aligned16(a.k) && aligned16(a.v);
+  const auto rows16 = [](const TensorRef& t) {
+    return aligned16(t) && t.sizes[3] * std::int64_t(dtype_size(t.dtype)) % 16 == 0;
+  };
+  return p.cache.new_keys > 0 && p.cache.new_keys <= kMaxNewKeysInForward && rows16(c.k_new) && rows16(c.v_new) &&
+         rows16(a.k) && rows16(a.v);
 }
 
 }  // namespace

@@ -63,7 +63,8 @@ Status work_groups(const Row& k, const detail::Problem& p, int tiles, std::int64
   if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
   std::int64_t group = (2 * resident + tiles - 1) / tiles;
   if (reused_bytes > 0) {
-    const std::int64_t lean = (resident + tiles - 1) / tiles, budget = std::int64_t(device_attribute(cudaDevAttrL2CacheSize)) / 2;
+    const std::int64_t lean = (resident + tiles - 1) / tiles;
+    const std::int64_t budget = std::int64_t(device_attribute(cudaDevAttrL2CacheSize)) / 2;
     if (group * reused_bytes > budget && lean * reused_bytes <= budget) group = lean;
   }
   *groups = std::max<std::int64_t>(1, pairs / std::max<std::int64_t>(group, 1));

@@ -19,6 +19,14 @@
 #include "memattn/kernels.hpp"
 
 namespace memattn::cuda {
+
+bool aligned16(const TensorRef& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
+  for (int d = 0; d + 1 < t.rank; ++d)
+    if (t.strides[d] * std::int64_t(dtype_size(t.dtype)) % 16 != 0) return false;
+  return true;
+}
+
 namespace {
 
 // What a problem needs from a kernel row.
@@ -42,13 +50,6 @@ struct Need {
   int compute_capability;
   int smem_per_block = 0;  // the device's opt-in limit of shared memory per CTA, bytes
 };
-
-bool aligned16(const TensorRef& t) {
-  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
-  for (int d = 0; d + 1 < t.rank; ++d)
-    if (t.strides[d] * std::int64_t(dtype_size(t.dtype)) % 16 != 0) return false;
-  return true;
-}
 
 // A row's shared memory per CTA (its main kernel's, as `memattn kernels --resources` reports it),
 // asked of the driver once per row. Rows sized for Hopper (up to 227 KB) do not launch on GPUs

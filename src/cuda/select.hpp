@@ -17,4 +17,8 @@ namespace memattn::cuda {
 Status choose_forward(const ForwardArgs& args, const detail::Problem& problem, const ForwardKernel** row);
 Status choose_backward(const BackwardArgs& args, const detail::Problem& problem, const BackwardKernel** row);
 
+// Whether a tensor's pointer and the strides of its outer dimensions are 16-byte multiples (its
+// rows can move 16 bytes at a time when the row length is one too).
+bool aligned16(const TensorRef& t);
+
 }  // namespace memattn::cuda
