@@ -1,6 +1,6 @@
 // The paged K/V loads' addresses (common/paged_kv.hpp), on the host (no GPU): for every thread of
-// the forward's tiled copies (the 64-row and the 16-row tile; rows looked up per unit, or located
-// once per tile as the kernels do), every unit of a key tile in range lands at its row's page
+// the forward's tiled copies (the 64-row and the 16-row tile; rows located once per tile as the
+// kernels do, K's and V's), every unit of a key tile in range lands at its row's page
 // slot and column, every in-range (row, 8-column chunk) exactly once over the threads, and the
 // units past the tile's keys or head dim are the ones skipped (zero-filled). Page sizes below,
 // equal to and above the 64-key tile, tiles that cross pages, and a contiguous cache (page b of
@@ -28,8 +28,6 @@ using Tile16 = sm80::FwdTraits<cutlass::bfloat16_t, 128, 16, 64, 1, Loads::vecto
 struct Layout {
   std::int64_t page_size, pages_per_seq, heads, head_dim, num_pages;
   std::vector<std::int32_t> table;  // [batch, pages_per_seq]; empty: page b
-  std::int64_t row_stride() const { return heads * head_dim; }
-  std::int64_t page_stride() const { return page_size * row_stride(); }
   // An entry outside the cache is clamped into it (values the host did not read).
   std::int64_t page(int b, std::int64_t j) const {
     const std::int64_t listed = table.empty() ? b : table[std::size_t(b * pages_per_seq + j / page_size)];
@@ -37,15 +35,18 @@ struct Layout {
   }
 };
 
-// Runs the walk of every thread over key tile n0 of sequence b (rows, cols in range), its rows
-// found by `rows_at` (a PageLookup or LocatedRows), and checks each unit against the layout's own
-// arithmetic.
-template <class Traits, class Rows>
-void check_walk(const Layout& l, const Rows& rows_at, int b, std::int64_t n0, int rows, int cols) {
+// Runs the walk of every thread over key tile n0 of sequence b (rows, cols in range), its rows as
+// `located` gives them, for `operand` (whose tensor has `v_dim` columns for V: the strides differ
+// from K's), and checks each unit against the layout's own arithmetic.
+template <class Traits>
+void check_walk(const Layout& l, const LocatedRow* located, KvOperand operand, std::int64_t v_dim, int b,
+                std::int64_t n0, int rows, int cols) {
   using Element = typename Traits::Element;
   // Addresses only: the walk computes them and never reads through them.
   const auto* base = reinterpret_cast<const Element*>(std::uintptr_t(1) << 40);
   const auto tile = cute::make_shape(cute::Int<Traits::kBlockN>{}, cute::Int<Traits::kHeadDim>{});
+  const std::int64_t width = operand == KvOperand::k ? l.head_dim : v_dim;
+  const std::int64_t row_stride = l.heads * width, page_stride = l.page_size * row_stride;
   typename Traits::LoadCopy load;
   std::map<std::pair<int, int>, int> seen;
   int skipped = 0;
@@ -53,13 +54,13 @@ void check_walk(const Layout& l, const Rows& rows_at, int b, std::int64_t n0, in
     auto thr = load.get_thread_slice(t);
     auto coord = thr.partition_S(cute::make_identity_tensor(tile));
     for_each_paged_unit(
-        thr, base, l.page_stride(), l.row_stride(), tile, rows_at, int(n0), rows, cols,
+        thr, base, tile, located, operand, rows, cols,
         [&](auto&& unit, int m, int k) {
           const int r = cute::get<0>(coord(0, m, k)), c = cute::get<1>(coord(0, m, k));
           ASSERT_LT(r, rows);
           ASSERT_LT(c, cols);
           const std::int64_t j = n0 + r;
-          const std::int64_t want = l.page(b, j) * l.page_stride() + (j % l.page_size) * l.row_stride() + c;
+          const std::int64_t want = l.page(b, j) * page_stride + (j % l.page_size) * row_stride + c;
           ASSERT_EQ(&unit(0) - base, want) << "thread " << t << " row " << r << " col " << c;
           ASSERT_EQ(int(cute::size(unit)), 8);
           ASSERT_EQ(&unit(7) - &unit(0), 7);  // one 16-byte run
@@ -81,9 +82,9 @@ void check_walk(const Layout& l, const Rows& rows_at, int b, std::int64_t n0, in
   EXPECT_EQ(expected + skipped, Traits::kBlockN * Traits::kHeadDim / 8);
 }
 
-// Both ways the kernels find a tile's rows: a lookup per unit, and the tile's rows located once
-// by every thread of the CTA (the kernels' way; rows past the keys are left unset, -1, so that a
-// walk reading them would land elsewhere), for both tiles.
+// The tile's rows located by every thread of the CTA, as the kernels do (rows past the keys are
+// left unset, -1, so that a walk reading them would land elsewhere), then K's and V's walks; V has
+// 64 columns where K has the layout's head dim, so that its offsets differ from K's.
 template <class Traits>
 void check_tile_of(const Layout& l, int b, std::int64_t n0, int rows, int cols) {
   FwdParams p{};
@@ -92,15 +93,21 @@ void check_tile_of(const Layout& l, int b, std::int64_t n0, int rows, int cols) 
   set_cache_page_size(l.page_size, &p);
   p.cache_num_pages = l.num_pages;
   const PageLookup pages(p, b);
-  {
-    SCOPED_TRACE("a lookup per unit");
-    check_walk<Traits>(l, pages, b, n0, rows, cols);
+  constexpr std::int64_t kVDim = 64;
+  const PageStrides strides{l.page_size * l.heads * l.head_dim, l.heads * l.head_dim, l.page_size * l.heads * kVDim,
+                            l.heads * kVDim};
+  std::vector<LocatedRow> located(Traits::kBlockN, LocatedRow{-1, -1});
+  for (int t = 0; t < Traits::kThreads; ++t) {
+    constexpr int kRows = Traits::kBlockN, kThreads = Traits::kThreads;
+    const TilePages<kRows, kThreads> read = read_tile_pages<kRows, kThreads>(pages, int(n0), rows, t);
+    locate_tile_rows<kRows, kThreads>(pages, read, strides, int(n0), rows, t, located.data());
   }
-  std::vector<PagedRow> located(Traits::kBlockN, PagedRow{-1, -1});
-  for (int t = 0; t < Traits::kThreads; ++t)
-    locate_tile_rows<Traits::kBlockN>(pages, int(n0), rows, t, Traits::kThreads, located.data());
-  SCOPED_TRACE("rows located once");
-  check_walk<Traits>(l, LocatedRows{located.data(), int(n0)}, b, n0, rows, cols);
+  {
+    SCOPED_TRACE("K");
+    check_walk<Traits>(l, located.data(), KvOperand::k, kVDim, b, n0, rows, cols);
+  }
+  SCOPED_TRACE("V");
+  check_walk<Traits>(l, located.data(), KvOperand::v, kVDim, b, n0, rows, std::min<int>(cols, kVDim));
 }
 
 void check_tile(const Layout& l, int b, std::int64_t n0, int rows, int cols) {

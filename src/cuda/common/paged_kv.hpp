@@ -8,6 +8,7 @@
 #include <cutlass/fast_math.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/fragments.hpp"
 #include "cuda/common/fwd_params.hpp"
@@ -43,95 +44,163 @@ struct PageLookup {
     page_size.shift_right = p.cache_page_shift;
   }
 
-  // Page and slot of position j, the page clamped into the cache (values the host did not read).
-  CUTE_HOST_DEVICE void locate(int j, std::int64_t* page, int* slot) const {
+  // The block-table entry of position j's page (the memory read of a lookup) and its slot there.
+  CUTE_HOST_DEVICE int listed_page(int j, int* slot) const {
     int index = 0;
     page_size(index, *slot, j);
-    const std::int64_t listed = table != nullptr ? std::int64_t(table[index]) : std::int64_t(own_page);
-    *page = listed < 0 ? 0 : (listed >= num_pages ? num_pages - 1 : listed);
+    return table != nullptr ? table[index] : own_page;
   }
+  // An entry clamped into the cache (values the host did not read).
+  CUTE_HOST_DEVICE std::int64_t clamped(int listed) const {
+    return listed < 0 ? 0 : (listed >= num_pages ? num_pages - 1 : std::int64_t(listed));
+  }
+  // Page and slot of position j.
+  CUTE_HOST_DEVICE void locate(int j, std::int64_t* page, int* slot) const { *page = clamped(listed_page(j, slot)); }
 };
 
-// A key row's page and slot, looked up once per tile for both of its copies (K and V).
-struct PagedRow {
-  int page;  // block-table entries are int32
-  int slot;
+// Where the cache's pages are, in elements: a page's and a row's stride in K and in V (the cache
+// tensors' dims 0 and 1).
+struct PageStrides {
+  std::int64_t k_page, k_row, v_page, v_row;
 };
 
-// Rows [n0, n0 + rows) of a kRows-key tile located into `out` by `threads` threads, this one
-// `thread` of them. With each copy unit looking its row up (a division and a dependent
-// block-table read before its cp.async), a one-warp CTA did 16 of them per thread per copy: bf16,
-// D = 128, B 16 / 32k keys / 32-8 heads on the 16-row tile, a contiguous cache took 0.834 ms where
-// the same keys as tensors took 0.564 (H200); located once per tile, 0.933 against 0.759 (H100).
-template <int kRows>
-CUTE_HOST_DEVICE void locate_tile_rows(const PageLookup& pages, int n0, int rows, int thread, int threads,
-                                       PagedRow* out) {
-  for (int r = thread; r < kRows && r < rows; r += threads) {
-    std::int64_t page = 0;
+// A key row's place in K and in V: the element offset of its slot from the head's row 0 in page 0.
+// Located once per tile for both of the tile's copies (a lookup per copy unit had cost the one-warp
+// tile 0.834 ms against 0.564 on tensors, H200), so that a copy unit's address is its row's offset
+// plus its column: with the page and slot kept instead, each unit's row paid two 64-bit
+// multiply-adds and a branch, about 20 instructions per 16-byte cp.async where the strided rows
+// issue one or two (H200, ncu, B 64 / 8k keys / D 128 paged by 16: 122.9 M instructions against
+// 44.8 M for the same bytes, 610 us at 73% of DRAM's bandwidth against 473 us at 95%; with
+// offsets 605 -> 508 us, contiguous 487).
+struct LocatedRow {
+  std::int64_t k, v;
+};
+
+// The block-table entries of a kRows-key tile's rows [n0, n0 + rows) that one thread of kThreads
+// locates (rows thread, thread + kThreads, ...), read into registers: the kernels read them
+// before a GEMM and locate the rows after it (locate_tile_rows), so that the GEMM hides the reads'
+// latency. Against reading and locating in one step before the GEMM (H200, paged by 16, us):
+// 16-row chunks of B 16 / 8k 270 -> 253, 4 speculative rows 34.2 -> 33.1, B 1 / 32k / D 64 36.7
+// -> 36.2, the rest within 0.5%.
+template <int kRows, int kThreads>
+struct TilePages {
+  static constexpr int kPerThread = (kRows + kThreads - 1) / kThreads;
+  int listed[kPerThread];
+};
+
+template <int kRows, int kThreads>
+CUTE_HOST_DEVICE TilePages<kRows, kThreads> read_tile_pages(const PageLookup& pages, int n0, int rows, int thread) {
+  TilePages<kRows, kThreads> read{};
+  CUTE_UNROLL
+  for (int i = 0; i < TilePages<kRows, kThreads>::kPerThread; ++i) {
+    const int r = thread + i * kThreads;
     int slot = 0;
-    pages.locate(n0 + r, &page, &slot);
-    out[r] = {int(page), slot};
+    if (r < kRows && r < rows) read.listed[i] = pages.listed_page(n0 + r, &slot);
+  }
+  return read;
+}
+
+// Those rows located into `out` from the entries read: each row's place in K and in V.
+template <int kRows, int kThreads>
+CUTE_HOST_DEVICE void locate_tile_rows(const PageLookup& pages, const TilePages<kRows, kThreads>& read,
+                                       const PageStrides& strides, int n0, int rows, int thread, LocatedRow* out) {
+  CUTE_UNROLL
+  for (int i = 0; i < TilePages<kRows, kThreads>::kPerThread; ++i) {
+    const int r = thread + i * kThreads;
+    if (r < kRows && r < rows) {
+      int index = 0, slot = 0;
+      pages.page_size(index, slot, n0 + r);
+      const std::int64_t page = pages.clamped(read.listed[i]);
+      out[r] = {page * strides.k_page + slot * strides.k_row, page * strides.v_page + slot * strides.v_row};
+    }
   }
 }
 
-// The rows of one tile as locate_tile_rows left them, in PageLookup's terms (position j).
-struct LocatedRows {
-  const PagedRow* rows;
-  int n0;
+// Which of a LocatedRow's offsets a copy reads.
+enum class KvOperand { k, v };
 
-  CUTE_HOST_DEVICE void locate(int j, std::int64_t* page, int* slot) const {
-    const PagedRow r = rows[j - n0];
-    *page = r.page;
-    *slot = r.slot;
-  }
-};
+CUTE_HOST_DEVICE std::int64_t row_offset(const LocatedRow& row, KvOperand operand) {
+  return operand == KvOperand::k ? row.k : row.v;
+}
 
-// Walks the copy units of key rows [n0, n0 + kRows) of a sequence (found by a PageLookup, or by the
-// tile's LocatedRows), as the tiled copy `thr` would split a strided tile whose rows start at
-// `head_base` (the cache tensor at page 0, row 0, of the head): each unit moved by the difference
-// between its row's place in its page and its place in that layout. `visit(unit, m, k)` gets each
-// unit in range (a gmem tensor of its elements, at its page); `skip(m, k)` each unit past `rows`
-// or `cols` (which the copy zero-fills). Host and device: tests/cuda/test_paged_kv.cu checks the
-// addresses on the host.
-template <class ThrCopy, class Element, class TileShape, class Rows, class Visit, class Skip>
-CUTE_HOST_DEVICE void for_each_paged_unit(const ThrCopy& thr, const Element* head_base, std::int64_t page_stride,
-                                          std::int64_t row_stride, TileShape tile, const Rows& pages,
-                                          int n0, int rows, int cols, Visit&& visit, Skip&& skip) {
+// A pointer as computed, kept from being re-associated: left free, the compiler added each unit's
+// column to the row's offset before scaling it to bytes, a 64-bit add and shift per unit instead
+// of the units' immediate offsets from the row's start.
+template <class T>
+CUTE_HOST_DEVICE const T* pinned(const T* p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("" : "+l"(p));
+#endif
+  return p;
+}
+
+// The rows whose offsets a thread reads from shared memory before it issues their copies. One at a
+// time, each copy waited for its row's read (ncu, B 1 / 32k keys / D 64 paged by 16: 1.23
+// short-scoreboard stalls per issue against 0.33 on the strided rows; 38.5 us against 34.6); four
+// ahead, 36.2-36.7 (H200).
+constexpr int kRowsAhead = 4;
+
+// Walks the copy units of a kRows-key tile whose rows `located` gives (row r at located[r], in
+// `operand`'s offsets), as the tiled copy `thr` splits the tile, from `head_base` (the cache tensor
+// at page 0, row 0, of the head). `visit(unit, m, k)` gets each unit in range (a gmem tensor of its
+// elements); `skip(m, k)` each unit past `rows` or `cols` (which the copy zero-fills). A full tile
+// (every key tile but a sequence's last) takes a walk without the bounds. Host and device:
+// tests/cuda/test_paged_kv.cu checks the addresses on the host.
+template <class ThrCopy, class Element, class TileShape, class Visit, class Skip>
+CUTE_HOST_DEVICE void for_each_paged_unit(const ThrCopy& thr, const Element* head_base, TileShape tile,
+                                          const LocatedRow* located, KvOperand operand, int rows, int cols,
+                                          Visit&& visit, Skip&& skip) {
   using namespace cute;
-  Tensor src = thr.partition_S(cute::make_tensor(make_gmem_ptr(head_base), tile, make_stride(row_stride, _1{})));
+  // The columns only: each row's offset is added to its units.
+  Tensor src = thr.partition_S(cute::make_tensor(make_gmem_ptr(head_base), tile, make_stride(_0{}, _1{})));
   Tensor coord = thr.partition_S(make_identity_tensor(tile));
-  CUTE_UNROLL
-  for (int m = 0; m < size<1>(src); ++m) {
-    const int r = get<0>(coord(0, m, 0));
-    const bool row_ok = r < rows;
-    std::int64_t delta = 0;
-    if (row_ok) {
-      std::int64_t page = 0;
-      int slot = 0;
-      pages.locate(n0 + r, &page, &slot);
-      delta = page * page_stride + std::int64_t(slot - r) * row_stride;
-    }
+  constexpr int kLastM = decltype(size<1>(src))::value - 1, kLastK = decltype(size<2>(src))::value - 1;
+  // A row's units are its start plus their columns' constant steps from the thread's first unit,
+  // so that a row costs one 64-bit add and its units immediate offsets.
+  const Element* first = &src(0, 0, 0);
+  constexpr int kRowsPerThread = decltype(size<1>(src))::value;
+  constexpr int kBatch = kRowsPerThread < kRowsAhead ? kRowsPerThread : kRowsAhead;
+  static_assert(kRowsPerThread % kBatch == 0);
+  const auto walk = [&](auto bounded) {
     CUTE_UNROLL
-    for (int k = 0; k < size<2>(src); ++k) {
-      if (row_ok && get<1>(coord(0, m, k)) < cols) {
-        Tensor unit = src(_, m, k);
-        visit(cute::make_tensor(unit.data() + delta, unit.layout()), m, k);
-      } else {
-        skip(m, k);
+    for (int m0 = 0; m0 < kRowsPerThread; m0 += kBatch) {
+      std::int64_t offset[kBatch];
+      CUTE_UNROLL
+      for (int i = 0; i < kBatch; ++i) {
+        const int r = get<0>(coord(0, m0 + i, 0));
+        offset[i] = !decltype(bounded)::value || r < rows ? row_offset(located[r], operand) : 0;
+      }
+      CUTE_UNROLL
+      for (int i = 0; i < kBatch; ++i) {
+        const int m = m0 + i;
+        const bool row_ok = !decltype(bounded)::value || get<0>(coord(0, m, 0)) < rows;
+        const Element* row = pinned(first + offset[i]);
+        CUTE_UNROLL
+        for (int k = 0; k < size<2>(src); ++k) {
+          if (row_ok && (!decltype(bounded)::value || get<1>(coord(0, m, k)) < cols)) {
+            Tensor unit = src(_, m, k);
+            const auto step = src.layout()(0, m, k) - src.layout()(0, 0, 0);  // static: the copy's layout
+            visit(cute::make_tensor(make_gmem_ptr(row + step), unit.layout()), m, k);
+          } else {
+            skip(m, k);
+          }
+        }
       }
     }
-  }
+  };
+  if (get<0>(coord(0, kLastM, kLastK)) < rows && get<1>(coord(0, kLastM, kLastK)) < cols) walk(std::false_type{});
+  else walk(std::true_type{});
 }
 
 // Copies those rows into the shared-memory tile `smem` (cp.async per unit; the rest zero-filled).
-template <class TiledCopy, class ThrCopy, class Element, class TileShape, class Smem, class Rows>
+template <class TiledCopy, class ThrCopy, class Element, class TileShape, class Smem>
 __device__ __forceinline__ void copy_paged_rows(const TiledCopy& load, const ThrCopy& thr, const Element* head_base,
-                                                std::int64_t page_stride, std::int64_t row_stride, TileShape tile,
-                                                Smem&& smem, const Rows& pages, int n0, int rows, int cols) {
+                                                TileShape tile, Smem&& smem, const LocatedRow* located,
+                                                KvOperand operand, int rows, int cols) {
   using namespace cute;
   Tensor dst = thr.partition_D(smem);
   for_each_paged_unit(
-      thr, head_base, page_stride, row_stride, tile, pages, n0, rows, cols,
+      thr, head_base, tile, located, operand, rows, cols,
       [&](auto&& unit, int m, int k) { copy(load, unit, dst(_, m, k)); },
       [&](int m, int k) { clear_unit(dst(_, m, k)); });
 }

@@ -45,8 +45,8 @@ struct ForwardTiles {
 };
 
 // ... then, in the kBiasTile rows, the bias of the (query tile, key tile) that K holds; in the
-// kPagedKV rows, the pages and slots of two key tiles' rows (the next tile's located while this
-// one's are read).
+// kPagedKV rows, where two key tiles' rows are in K and V (the next tile's located while this one's
+// are read).
 enum class ForwardExtra { none, bias_tile, paged_rows };
 template <unsigned kFeatures>
 constexpr ForwardExtra forward_extra() {
@@ -65,7 +65,7 @@ struct ForwardSharedStorage<Traits, kFeatures, ForwardExtra::bias_tile> : Forwar
 template <class Traits, unsigned kFeatures>
 struct ForwardSharedStorage<Traits, kFeatures, ForwardExtra::paged_rows> : ForwardTiles<Traits> {
   static constexpr bool kTileBias = false;
-  PagedRow rows[2][Traits::kBlockN];
+  LocatedRow rows[2][Traits::kBlockN];
 };
 
 template <class Traits, unsigned kFeatures>
@@ -139,16 +139,23 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   const std::int64_t kv_batch = kPaged ? 0 : (p.cache_seqlens != nullptr ? contiguous_cache_row(p, work.b) : seq.batch);
   // The sequence's page lookup, made once: rebuilt at each load it cost the paged D = 128 row a
   // spill under the three-CTA register cap. Each key tile's rows are located with it into shared
-  // memory (locate_rows), tile n's into rows[n % 2], where both of the tile's copies read them.
+  // memory, tile n's into rows[n % 2], where both of the tile's copies read them: the block-table
+  // entries read (read_pages) before a GEMM, the rows located from them (locate_rows) after it.
   [[maybe_unused]] const auto pages = [&] {
     if constexpr (kPaged) return PageLookup(p, work.b);
     else return 0;
   }();
-  const auto locate_rows = [&](int n) {
+  const auto tile_keys = [&](int n) { return int(min(std::int64_t(kBlockN), seq.k_len - std::int64_t(n) * kBlockN)); };
+  const auto read_pages = [&](int n) {
+    if constexpr (kPaged)
+      return read_tile_pages<kBlockN, Traits::kThreads>(pages, n * kBlockN, tile_keys(n), opaque_thread<Traits::kThreads>());
+    else return 0;
+  };
+  const auto locate_rows = [&](int n, const auto& read) {
     if constexpr (kPaged) {
-      const int n0 = n * kBlockN;
-      locate_tile_rows<kBlockN>(pages, n0, int(min(std::int64_t(kBlockN), seq.k_len - n0)),
-                                opaque_thread<Traits::kThreads>(), Traits::kThreads, storage.rows[n % 2]);
+      const PageStrides strides{p.k_batch_stride, p.k_row_stride, p.v_batch_stride, p.v_row_stride};
+      locate_tile_rows<kBlockN, Traits::kThreads>(pages, read, strides, n * kBlockN, tile_keys(n),
+                                                  opaque_thread<Traits::kThreads>(), storage.rows[n % 2]);
     }
   };
   const Element* k_ptr = k_at<Element>(p, kv_batch, seq.k_begin, hk);
@@ -156,21 +163,20 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   // Copies K or V tile n into shared memory (rows past the sequence's keys and head-dim columns
   // past `cols` zero-filled). Everything derived from the thread index is rebuilt from an opaque
   // copy of it at each use so that the compiler keeps no per-copy addresses live across the loop.
-  const auto load_kv = [&](const Element* base, std::int64_t page_stride, std::int64_t row_stride, Element* smem_dst,
-                           int n, int cols) {
+  const auto load_kv = [&](const Element* base, KvOperand operand, std::int64_t row_stride, Element* smem_dst, int n,
+                           int cols) {
     const int t = opaque_thread<Traits::kThreads>();
     auto thr = load.get_thread_slice(t);
     const std::int64_t n0 = std::int64_t(n) * kBlockN;
     if constexpr (kPaged) {
       Tensor s = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutKV{});
-      copy_paged_rows(load, thr, opaque(base), page_stride, row_stride, tile_kv, s,
-                      LocatedRows{storage.rows[n % 2], int(n0)}, int(n0),
-                      int(min(std::int64_t(kBlockN), seq.k_len - n0)), cols);
+      copy_paged_rows(load, thr, opaque(base), tile_kv, s, storage.rows[n % 2], operand,
+                      tile_keys(n), cols);
     } else {
       Tensor g = cute::make_tensor(make_gmem_ptr(opaque(base) + n0 * row_stride), tile_kv, make_stride(row_stride, _1{}));
       Tensor s = cute::make_tensor(make_smem_ptr(smem_dst), typename Traits::SmemLayoutKV{});
       copy_predicated(load, thr.partition_S(g), thr.partition_D(s), thr.partition_S(make_identity_tensor(tile_kv)),
-                      int(min(std::int64_t(kBlockN), seq.k_len - n0)), cols);
+                      tile_keys(n), cols);
     }
   };
 
@@ -196,9 +202,9 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
   if (p.cache_k_new != nullptr)
     write_new_rows<Element, Traits::kThreads>(p, work.b, hk, seq.k_len, std::int64_t(n_first) * kBlockN,
                                               (std::int64_t(n_last) + 1) * kBlockN, cache_rows());
-  if constexpr (kPaged) locate_rows(n_last);
+  if constexpr (kPaged) locate_rows(n_last, read_pages(n_last));
   if (kPaged || p.cache_k_new != nullptr) __syncthreads();
-  load_kv(k_ptr, p.k_batch_stride, p.k_row_stride, smem_k, n_last, p.head_dim);
+  load_kv(k_ptr, KvOperand::k, p.k_row_stride, smem_k, n_last, p.head_dim);
   load_bias(n_last);
   cp_async_fence();
 
@@ -243,9 +249,11 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     clear(acc_s);
     cp_async_wait<0>();
     __syncthreads();  // K(n) landed; everyone is done with V(n + 1) and with its rows
-    load_kv(v_ptr, p.v_batch_stride, p.v_row_stride, smem_v, n, p.head_dim_v);
+    load_kv(v_ptr, KvOperand::v, p.v_row_stride, smem_v, n, p.head_dim_v);
     cp_async_fence();
-    if (n > n_first) locate_rows(n - 1);  // read by K(n - 1)'s copy, after the next barrier
+    // K(n - 1)'s rows: their block-table entries read now, located after the GEMM (its copy reads
+    // them after the next barrier).
+    const auto next_pages = read_pages(max(n - 1, n_first));  // the last tile: unused
 
     const auto load_qk = [&](int kk) {
       copy(q_s2r_copy, tSsQ(_, _, kk), tSrQ_view(_, _, kk));
@@ -263,10 +271,11 @@ __device__ void forward_tile(const FwdParams& p, const WorkItem& work_in, char* 
     if constexpr (!kScaleInSoftmax)
       transform_scores_rows<Element, bias_code(kFeatures)>(p, rule, origin, kMasked, acc_s, tScS, shared_bias);
 
+    if (n > n_first) locate_rows(n - 1, next_pages);
     cp_async_wait<0>();
     __syncthreads();  // V(n) landed; everyone is done with K(n) (and its bias tile)
     if (n > n_first) {
-      load_kv(k_ptr, p.k_batch_stride, p.k_row_stride, smem_k, n - 1, p.head_dim);
+      load_kv(k_ptr, KvOperand::k, p.k_row_stride, smem_k, n - 1, p.head_dim);
       load_bias(n - 1);
       cp_async_fence();
     }
