@@ -18,6 +18,9 @@ query rows alone would leave SMs idle (`memattn kernels` with the same problem n
 --queries N > 1 is chunked prefill: N new rows against the cache, causal from the bottom right
 (SDPA's backends align causal masks top-left, so those rows compare memattn with itself).
 
+The device-to-device copy's rate (1 GiB, bytes read plus written) is measured first; each row's
+"of copy" is memattn's K+V read rate as a fraction of it.
+
 Writes DIR/decode.md and DIR/decode.json.
 """
 import argparse
@@ -55,6 +58,15 @@ def sdpa(q, k, v, backend):
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                              enable_gqa=q.shape[2] != k.shape[2])
     return out.transpose(1, 2)
+
+
+def copy_bandwidth(flush, iters):
+    """Device-to-device copy of 1 GiB, bytes read plus bytes written per second (GB/s): the rate a
+    kernel that only reads its inputs is compared with."""
+    src = torch.randn(1 << 29, device=flush.device, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    us = median_us(lambda: dst.copy_(src), iters, flush)
+    return 2 * src.numel() * src.element_size() / us / 1e3
 
 
 def paged_copy(k, v, page_size, gen):
@@ -96,6 +108,8 @@ def main():
     args = ap.parse_args()
     dev = torch.device("cuda")
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    copy_gbs = copy_bandwidth(flush, args.iters)
+    print(f"device-to-device copy: {copy_gbs:.0f} GB/s (read + written)", flush=True)
     rows = []
     for d in args.head_dim:
         for heads in args.heads.split(","):
@@ -153,16 +167,19 @@ def main():
              "sequence, L2 flushed before each call; us (K+V GB/s). memattn: K/V contiguous tensors; cache: "
              "attention_with_kvcache on a contiguous cache, pagedN on pages of N keys (shuffled), each appending the "
              "step's keys first, " + ("the lengths and block table read and checked on the host" if args.host_checks
-                                      else "max_seqlen_k given (nothing read on the host)"), "",
-             "| B | Mk | Hq/Hk | D | K+V MB | memattn | " + " | ".join(cache_cols) + " | FA2 | cuDNN | x best SDPA |",
-             "|---" * (9 + len(cache_cols)) + "|"]
+                                      else "max_seqlen_k given (nothing read on the host)") +
+             f"; device-to-device copy {copy_gbs:.0f} GB/s (read + written): of copy = memattn's K+V rate over it", "",
+             "| B | Mk | Hq/Hk | D | K+V MB | memattn | " + " | ".join(cache_cols) +
+             " | FA2 | cuDNN | x best SDPA | of copy |",
+             "|---" * (10 + len(cache_cols)) + "|"]
     cell = lambda r, n: "—" if r.get(n + "_us") is None else f"{r[n + '_us']:.1f} ({r['kv_mb'] / r[n + '_us'] * 1e3:.0f})"
     for r in rows:
         best = min((r[n + "_us"] for n, _ in PEERS if r[n + "_us"]), default=None)
         ratio = "—" if best is None else f"{best / r['memattn_us']:.2f}"
         lines.append(f"| {r['B']} | {r['Mk']} | {r['Hq']}/{r['Hk']} | {r['D']} | {r['kv_mb']:.0f} | "
                      f"{cell(r, 'memattn')} | " + " | ".join(cell(r, c) for c in cache_cols) +
-                     f" | {cell(r, 'FA2')} | {cell(r, 'cuDNN')} | {ratio} |")
+                     f" | {cell(r, 'FA2')} | {cell(r, 'cuDNN')} | {ratio} | "
+                     f"{r['kv_mb'] / r['memattn_us'] * 1e3 / copy_gbs:.0%} |")
     print("\n".join(lines))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
