@@ -100,7 +100,8 @@ CUTE_HOST_DEVICE TilePages<kRows, kThreads> read_tile_pages(const PageLookup& pa
   return read;
 }
 
-// Those rows located into `out` from the entries read: each row's place in K and in V.
+// Those rows located into `out` from the entries read: each row's place in K and in V. The slots
+// are divided out again (a multiply-high each) rather than kept live across the GEMM.
 template <int kRows, int kThreads>
 CUTE_HOST_DEVICE void locate_tile_rows(const PageLookup& pages, const TilePages<kRows, kThreads>& read,
                                        const PageStrides& strides, int n0, int rows, int thread, LocatedRow* out) {
