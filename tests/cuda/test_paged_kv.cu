@@ -24,6 +24,10 @@ namespace {
 // The few-queries tile (four warps) and the decoding tile (one warp: each thread walks 16 rows).
 using Tile64 = sm80::FwdTraits<cutlass::bfloat16_t, 128, 64, 64, 4, Loads::vector16>;
 using Tile16 = sm80::FwdTraits<cutlass::bfloat16_t, 128, 16, 64, 1, Loads::vector16>;
+// The other copy layouts the paged rows have: D = 64 on the decoding tile (eight threads a row,
+// sixteen rows a thread) and D = 256 on the 64-row tile (thirty-two threads a row).
+using Tile16D64 = sm80::FwdTraits<cutlass::bfloat16_t, 64, 16, 64, 1, Loads::vector16>;
+using Tile64D256 = sm80::FwdTraits<cutlass::bfloat16_t, 256, 64, 64, 4, Loads::vector16>;
 
 struct Layout {
   std::int64_t page_size, pages_per_seq, heads, head_dim, num_pages;
@@ -134,6 +138,25 @@ TEST(PagedKv, UnitsLandAtTheirPagesSlots) {
     const Layout l = shuffled_pages(page, 3, 600);
     for (const std::int64_t n0 : {0, 64, 192, 512})
       for (const int b : {0, 2}) check_tile(l, b, n0, n0 == 512 ? 88 - 64 : 64, 128);
+  }
+}
+
+TEST(PagedKv, HeadDims64And256) {
+  for (const std::int64_t page : {1, 16, 64, 256}) {
+    SCOPED_TRACE("page size " + std::to_string(page));
+    Layout l = shuffled_pages(page, 2, 300);
+    l.head_dim = 64;
+    for (const std::int64_t n0 : {0, 64, 256}) {
+      SCOPED_TRACE("D 64, 16-row tile");
+      check_tile_of<Tile16D64>(l, 1, n0, n0 == 256 ? 300 - 256 : 64, 64);
+      check_tile_of<Tile16D64>(l, 0, n0, 3, 40);
+    }
+    l.head_dim = 256;
+    for (const std::int64_t n0 : {0, 64, 256}) {
+      SCOPED_TRACE("D 256, 64-row tile");
+      check_tile_of<Tile64D256>(l, 1, n0, n0 == 256 ? 300 - 256 : 64, 256);
+      check_tile_of<Tile64D256>(l, 0, n0, 64, 200);
+    }
   }
 }
 
