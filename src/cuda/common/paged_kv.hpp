@@ -58,6 +58,14 @@ struct PageLookup {
   CUTE_HOST_DEVICE void locate(int j, std::int64_t* page, int* slot) const { *page = clamped(listed_page(j, slot)); }
 };
 
+// The cache row that holds sequence b's keys where each sequence has one page (a contiguous cache,
+// with or without batch_idx, or a block table of one column): its listed page (b without a
+// table). The plain rows read it as strided K and V tensors, its rows the key positions.
+__device__ __forceinline__ std::int64_t contiguous_cache_row(const FwdParams& p, int b) {
+  if (p.cache_pages == nullptr) return b;
+  return PageLookup(p, b).clamped(p.cache_pages[b * p.cache_pages_stride]);
+}
+
 // Where the cache's pages are, in elements: a page's and a row's stride in K and in V (the cache
 // tensors' dims 0 and 1).
 struct PageStrides {

@@ -70,15 +70,6 @@ __device__ __forceinline__ SequenceInfo cache_sequence_info(const FwdParams& p, 
   return {b, 0, p.seqlen_q, 0, keys, keys};
 }
 
-// The cache row that holds sequence b's keys where each sequence has one page (a contiguous cache,
-// with or without batch_idx, or a block table of one column), clamped into the cache: the plain
-// rows read it as strided K and V tensors, its rows the key positions.
-__device__ __forceinline__ std::int64_t contiguous_cache_row(const FwdParams& p, int b) {
-  if (p.cache_pages == nullptr) return b;
-  const int listed = p.cache_pages[b * p.cache_pages_stride];
-  return listed < 0 ? 0 : (listed >= p.cache_num_pages ? p.cache_num_pages - 1 : std::int64_t(listed));
-}
-
 // The problem's mask (causal alignment, window) on one sequence's query and key lengths.
 template <class Params>
 __device__ __forceinline__ detail::MaskRule mask_rule(const Params& p, const SequenceInfo& seq) {
