@@ -143,25 +143,19 @@ struct OnePassGmmaKeyRowsGemms : OnePassGmmaCommon {
                                                 const WorkS& after_s, const WorkDp& after_dp) {
     two_gemms_with_work<kSlices>(mma, sK, sQ, acc_s, sV, sdO, acc_dp, tid, after_s, after_dp);
   }
-  // dV += P^T dO, then dK += dS^T Q, with P^T and dS^T (16-bit, the S^T accumulator's layout) from
-  // registers.
+  // P^T or dS^T (16-bit, in the S^T accumulator's layout) seen as the A operand of dV or dK.
+  template <class Frag>
+  __device__ __forceinline__ static auto a_operand(Frag& frag) {
+    return cute::make_tensor(frag.data(), gmma_acc_as_a_operand(frag.layout()));
+  }
+  // dV += P^T dO, then dK += dS^T Q, with P^T and dS^T from registers, issued as one batch.
   template <class Frag, class SmemQt, class Acc>
   __device__ __forceinline__ static void key_grads_from_registers(const MmaDkv& mma, Frag& p_frag, const SmemQt& sdOt,
                                                                   Acc& acc_dv, Frag& ds_frag, const SmemQt& sQt,
                                                                   Acc& acc_dk, int tid) {
-    issue_key_grads_from_registers(mma, p_frag, sdOt, acc_dv, ds_frag, sQt, acc_dk, tid);
-    warpgroup_wait<0>();
-    key_grads_done(p_frag, acc_dv, ds_frag, acc_dk);
-  }
-  // The same issued as one batch, left in flight: key_grads_done after the wait that completes it
-  // (until then the fragments' registers stay as they are).
-  template <class Frag, class SmemQt, class Acc>
-  __device__ __forceinline__ static void issue_key_grads_from_registers(const MmaDkv& mma, Frag& p_frag,
-                                                                        const SmemQt& sdOt, Acc& acc_dv, Frag& ds_frag,
-                                                                        const SmemQt& sQt, Acc& acc_dk, int tid) {
     auto thr = mma.get_thread_slice(tid);
-    Tensor a_p = cute::make_tensor(p_frag.data(), gmma_acc_as_a_operand(p_frag.layout()));
-    Tensor a_ds = cute::make_tensor(ds_frag.data(), gmma_acc_as_a_operand(ds_frag.layout()));
+    Tensor a_p = a_operand(p_frag);
+    Tensor a_ds = a_operand(ds_frag);
     Tensor b_do = thr.partition_fragment_B(sdOt);
     Tensor b_q = thr.partition_fragment_B(sQt);
     warpgroup_fence_operand(a_p);
@@ -172,11 +166,27 @@ struct OnePassGmmaKeyRowsGemms : OnePassGmmaCommon {
     cute::gemm(mma, a_p, b_do, acc_dv);
     cute::gemm(mma, a_ds, b_q, acc_dk);
     warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    key_grads_done(p_frag, acc_dv, ds_frag, acc_dk);
+  }
+  // One of them (dV += P^T dO or dK += dS^T Q) issued as a batch of its own, left in flight:
+  // key_grads_done after the wait that completes it (until then the fragment's registers stay as
+  // they are).
+  template <class Frag, class SmemQt, class Acc>
+  __device__ __forceinline__ static void issue_key_grad_from_registers(const MmaDkv& mma, Frag& frag, const SmemQt& sBt,
+                                                                       Acc& acc, int tid) {
+    Tensor a = a_operand(frag);
+    Tensor b = mma.get_thread_slice(tid).partition_fragment_B(sBt);
+    warpgroup_fence_operand(a);
+    warpgroup_fence_operand(acc);
+    warpgroup_arrive();
+    cute::gemm(mma, a, b, acc);
+    warpgroup_commit_batch();
   }
   template <class Frag, class Acc>
   __device__ __forceinline__ static void key_grads_done(Frag& p_frag, Acc& acc_dv, Frag& ds_frag, Acc& acc_dk) {
-    Tensor a_p = cute::make_tensor(p_frag.data(), gmma_acc_as_a_operand(p_frag.layout()));
-    Tensor a_ds = cute::make_tensor(ds_frag.data(), gmma_acc_as_a_operand(ds_frag.layout()));
+    Tensor a_p = a_operand(p_frag);
+    Tensor a_ds = a_operand(ds_frag);
     warpgroup_fence_operand(acc_dv);
     warpgroup_fence_operand(acc_dk);
     warpgroup_fence_operand(a_p);

@@ -2,17 +2,19 @@
 // (a query tile of one head, as the producer loaded it into the ring):
 //   S^T = K Q^T, then dP^T = V dO^T with P's exponentials issued beside it (exp_scores_part);
 //   P^T and dS^T elementwise (gradient_tile, key rows); dS^T stored for the dQ GEMM;
-//   dV += P^T dO and dK += dS^T Q issued with P^T and dS^T from registers;
+//   dV += P^T dO issued with P^T from registers;
 //   one barrier of the consumer threads (every warpgroup's dS^T in), the previous step's dQ issued
-//   as one bulk reduction, and dQ = dS K queued behind dV and dK; the ring buffer released once
-//   dV and dK complete, then dQ staged.
+//   as one bulk reduction, then dQ = dS K and dK += dS^T Q (dS^T from registers) queued behind
+//   dV; dQ staged once it completes, while dK runs; the ring buffer released after dK.
 // A step starts on the ring's barrier instead of a CTA barrier after copies every warp issued
-// (the one-pass rows), and the loads run up to kStages steps ahead. The tensor cores take dV, dK
-// and dQ back to back while the warps wait at the barrier (H100, D = 128, against waiting for dV
-// and dK before it: +2-4%). The dS^T tile and the dQ stage alternate between two buffers, so that
-// one barrier per step orders them: a warpgroup may write the next step's dS^T while the other
-// still reads this one's in its dQ GEMM, and the dQ stage is rewritten two steps after its
-// reduction was issued (its first thread waits for the reduction's reads before the barrier).
+// (the one-pass rows), and the loads run up to kStages steps ahead. The tensor cores take dV while
+// the warps wait at the barrier, and dK while they stage dQ: against dV and dK both issued before
+// the barrier and dQ staged after all three (H200, CLI, bf16): D = 128 +4-7% (S = 8192 475 -> 505
+// TFLOP/s, causal 470 -> 500; S = 2048 430 -> 449); FlashAttention-3's order too.
+// The dS^T tile and the dQ stage alternate between two buffers, so that one barrier per step
+// orders them: a warpgroup may write the next step's dS^T while the other still reads this one's
+// in its dQ GEMM, and the dQ stage is rewritten two steps after its reduction was issued (its
+// first thread waits for the reduction's reads before the barrier).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -118,23 +120,25 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
       Tensor ds_frag = convert_fragment<Element>(acc_dp);
       copy(ds_store, ds_store_thr.retile_S(ds_frag), ds_store_thr.partition_D(sdSt));
       publish_smem_writes();
-      // dV and dK in flight while the warpgroups meet; dQ queued behind them on the tensor cores.
-      Gemms::issue_key_grads_from_registers(mma_dkv, p_frag, sdOt, acc_dv, ds_frag, sQt, acc_dk, tid);
+      // dV in flight while the warpgroups meet; then dQ and dK, and dQ staged while dK runs.
+      Gemms::issue_key_grad_from_registers(mma_dkv, p_frag, sdOt, acc_dv, tid);
       if (tid == 0) wait_bulk_reads();   // the reduction issued a step ago has read this step's stage
       consumers_sync<Traits>();          // every warpgroup's dS^T is in; the last step's dQ is staged
       if (tid == 0) staged.template issue<kHeadDim>(s.dq[staged.buf], p.dq_accum.ld);
       Tensor acc_dq = partition_fragment_C(mma_dq, tile_dq);
       clear(acc_dq);
       gmma_issue(mma_dq, sdS, sKt, acc_dq, tid);
-      warpgroup_wait<1>();  // dV and dK
-      Gemms::key_grads_done(p_frag, acc_dv, ds_frag, acc_dk);
-      s.q_barriers.release(q_at);  // Q, dO and the statistics read
-      q_at.advance();
-      gmma_complete(acc_dq);
+      Gemms::issue_key_grad_from_registers(mma_dkv, ds_frag, sQt, acc_dk, tid);
+      warpgroup_wait<1>();  // dV and dQ
+      warpgroup_fence_operand(acc_dq);
       const bool swizzled = p.dq_accum.ld == kHeadDim;  // the launch's condition for GradAccum::swizzled
       stage_fragment(acc_dq, coord_dq, s.dq[buf], kHeadDim, 0,
                      stage_swizzle(coord_dq, int((seq.q_begin + at.m0) & 7), swizzled));
       publish_smem_writes();
+      warpgroup_wait<0>();  // dK
+      Gemms::key_grads_done(p_frag, acc_dv, ds_frag, acc_dk);
+      s.q_barriers.release(q_at);  // Q, dO and the statistics read
+      q_at.advance();
       staged = {accum_row(p.dq_accum, seq.batch, seq.q_begin + at.m0, at.h), rows, buf};
     }
     consumers_sync<Traits>();  // the last step's dQ is staged; every wgmma read of K and V is done
