@@ -61,6 +61,17 @@ struct MaskRule {
   MEMATTN_HD bool tile_visible(std::int64_t i0, std::int64_t i1, std::int64_t j0, std::int64_t j1) const {
     return first_key(i1 - 1) <= j0 && j1 <= end_key(i0);
   }
+
+  // The rows that see every key of [j0, j1): [*begin, *end), empty when none does, so that
+  // tile_visible(i0, i1, j0, j1) == (*begin <= i0 && i1 <= *end) for every i0 < i1. A loop over
+  // the row tiles of one key tile then tests two bounds instead of the rule.
+  MEMATTN_HD void rows_seeing_all(std::int64_t j0, std::int64_t j1, std::int64_t* begin, std::int64_t* end) const {
+    // first_key(i) <= j0 for i <= j0 - shift + left; end_key(i) >= j1 for i >= j1 - shift - right - 1
+    // (and only within the keys).
+    *begin = right < 0 ? INT64_MIN / 2 : j1 - shift - right - 1;
+    *end = left < 0 ? INT64_MAX / 2 : j0 - shift + left + 1;
+    if (j1 > k_len || *end < *begin) *end = *begin;
+  }
 };
 
 }  // namespace memattn::detail

@@ -128,5 +128,30 @@ TEST(MaskRule, AVisibleTileHasNothingMasked) {
   EXPECT_GT(visible_tiles, 0);
 }
 
+// rows_seeing_all bounds the rows of tile_visible: for every key tile (ragged ones past the keys
+// too, as the backward's last tile may be) and every row range, the two bounds say what the rule
+// says; the counts show both answers occur.
+TEST(MaskRule, RowsSeeingAllKeysBoundTheVisibleTiles) {
+  constexpr std::int64_t kKeys = 16;
+  std::int64_t visible = 0, hidden = 0;
+  for (const Case& c : cases()) {
+    const MaskRule rule = rule_of(c);
+    for (std::int64_t j0 = 0; j0 < c.k_len; j0 += kKeys) {
+      const std::int64_t j1 = j0 + kKeys;
+      std::int64_t begin = 0, end = 0;
+      rule.rows_seeing_all(j0, j1, &begin, &end);
+      for (std::int64_t i0 = 0; i0 < c.q_len; ++i0)
+        for (std::int64_t i1 = i0 + 1; i1 <= std::min(c.q_len, i0 + 40); i1 += 3) {
+          const bool expected = rule.tile_visible(i0, i1, j0, j1);
+          ASSERT_EQ(begin <= i0 && i1 <= end, expected)
+              << describe(c) << " rows [" << i0 << ", " << i1 << ") keys [" << j0 << ", " << j1 << ")";
+          (expected ? visible : hidden) += 1;
+        }
+    }
+  }
+  EXPECT_GT(visible, 0);
+  EXPECT_GT(hidden, 0);
+}
+
 }  // namespace
 }  // namespace memattn::detail

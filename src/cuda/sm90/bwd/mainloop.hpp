@@ -81,6 +81,10 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
     clear(acc_dk);
     clear(acc_dv);
     StagedDq staged;
+    // The steps whose rows see all the tile's keys need no mask: two bounds, so that the rule and
+    // the sequence's lengths are read only on the masked steps (registers across the steps).
+    std::int64_t visible_begin = 0, visible_end = 0;
+    rule.rows_seeing_all(t.n0, t.n0 + kBlockN, &visible_begin, &visible_end);
     s.kv_barriers.wait(kv_at);
 
     StepPos at = t.start();
@@ -112,8 +116,7 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
           mma_sdp, sQ, sK, acc_s, sdO, sV, acc_dp, tid, [](int) {},
           [&](int kk) { exp_scores_part<kSlicesK, ScoreRows::keys>(acc_s, coord_s, lse2, p.scale_log2, kk); });
       const TileOrigin origin{w.tile.b, at.h, at.m0, t.n0, seq.q_len, seq.k_len};
-      const bool masked =
-          t.n0 + kBlockN > seq.k_len || !rule.tile_visible(at.m0, at.m0 + rows, t.n0, t.n0 + kBlockN);
+      const bool masked = !(visible_begin <= at.m0 && at.m0 + rows <= visible_end);
       gradient_tile<Element, kPlain, ScoreRows::keys, Dbias::write, ScoresIn::probabilities>(
           p, rule, origin, masked, acc_s, acc_dp, coord_s, lse2, delta);
       Tensor p_frag = convert_fragment<Element>(acc_s);
