@@ -5,6 +5,7 @@
 #include <cute/tensor.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/mask.hpp"
 #include "cuda/common/bwd_params.hpp"
@@ -59,18 +60,6 @@ __device__ __forceinline__ void store4(Element* dst, float4 v) {
   }
 }
 
-// Four neighbouring elements of 16-bit or fp32 memory as floats (aligned by the caller).
-template <class Element>
-__device__ __forceinline__ float4 load4(const Element* src) {
-  if constexpr (sizeof(Element) == 2) {
-    const uint2 w = *reinterpret_cast<const uint2*>(src);
-    const float2 lo = unpack_pair<Element>(w.x), hi = unpack_pair<Element>(w.y);
-    return make_float4(lo.x, lo.y, hi.x, hi.y);
-  } else {
-    return *reinterpret_cast<const float4*>(src);
-  }
-}
-
 // The rows [begin, end) of a [batch][rows][heads] index space (w = (b * rows + row) * heads + h)
 // that this warp takes: a contiguous share, its first index taken apart once and then stepped.
 // One warp per row with three 64-bit divisions each made the elementwise kernels below
@@ -97,72 +86,119 @@ struct WarpRows {
   }
 };
 
-// Rows per warp the elementwise kernels' grids aim at (WarpRows), eight warps per CTA.
-constexpr int kElementwiseRowsPerWarp = 8;
+// The elementwise kernels below stream rows: a row is read by kGroup lanes of a warp, and a warp
+// has kSlots slots of 32 / kGroup rows in flight, every slot's loads issued before any is used;
+// their grids (eight warps a CTA) give each warp one pass over its slots where the CTA count allows.
+// Lanes per row: the fewest of 8, 16, 32 whose chunks cover the row, so that short rows leave no
+// lane idle (a warp per D = 64 row of dQ's conversion left half its lanes idle: 88 us against
+// D = 128's 61 us for the same bytes, H200).
+template <int kChunkElems>
+constexpr int lanes_per_row(std::int64_t cols) {
+  return cols <= 8 * kChunkElems ? 8 : cols <= 16 * kChunkElems ? 16 : 32;
+}
 
-// Slots of rows delta_kernel's warps have in flight: with two, its loads reached ~2.2 TB/s (123 us
-// for the suite's 16384 x 2048 rows of D = 128 with the one-pass rows' dQ workspace cleared);
-// with four, 104 us.
+// Calls f(slot, live) for each of a warp's kSlots slots of 32 / kGroup rows from index w on, r
+// stepped to the lane's row of the next slot after each (the lane's row of slot 0 on entry); rows
+// past the warp's share are not live.
+template <int kSlots, int kGroup, class F>
+__device__ __forceinline__ void for_each_slot(WarpRows& r, std::int64_t w, F&& f) {
+  CUTE_UNROLL
+  for (int i = 0; i < kSlots; ++i) {
+    f(i, w + i * (32 / kGroup) < r.end);
+    CUTE_UNROLL
+    for (int k = 0; k < 32 / kGroup; ++k) r.next();
+  }
+}
+
+// kN neighbouring elements as one load (16 or 8 bytes, or a single element), held packed until
+// used.
+template <class Element, int kN>
+using Chunk = std::conditional_t<kN * sizeof(Element) == 16, uint4,
+                                 std::conditional_t<kN * sizeof(Element) == 8, uint2, Element>>;
+
+template <class Element, int kN>
+__device__ __forceinline__ float dot_chunks(const Chunk<Element, kN>& a, const Chunk<Element, kN>& b) {
+  if constexpr (kN == 1) {
+    return float(a) * float(b);
+  } else {
+    constexpr int kWords = sizeof(Chunk<Element, kN>) / 4;
+    const auto* wa = reinterpret_cast<const std::uint32_t*>(&a);
+    const auto* wb = reinterpret_cast<const std::uint32_t*>(&b);
+    float sum = 0.0f;
+    CUTE_UNROLL
+    for (int k = 0; k < kWords; ++k) {
+      if constexpr (sizeof(Element) == 2) {
+        const float2 x = unpack_pair<Element>(wa[k]), y = unpack_pair<Element>(wb[k]);
+        sum += x.x * y.x + x.y * y.y;
+      } else {
+        sum += __uint_as_float(wa[k]) * __uint_as_float(wb[k]);
+      }
+    }
+    return sum;
+  }
+}
+
+// Slots of rows delta_kernel's warps have in flight: with two (8-byte loads), its loads reached
+// ~2.2 TB/s (123 us for the suite's 16384 x 2048 rows of D = 128 with the one-pass rows' dQ
+// workspace cleared, H100); with four, 104 us.
 constexpr int kDeltaSlots = 4;
 // CTAs of delta_kernel per SM the registers must allow (128 registers a thread): left alone nvcc
 // took 145 (one CTA per SM, too few loads in flight for a kernel that only streams); for three
 // (85) it spilled 540 bytes.
 constexpr int kDeltaCtasPerSm = 2;
 
+// sum[i] += rowsum(o[i] * d[i]) over this lane's chunks of kN elements (lane gl of kGroup).
+template <class Element, int kN, int kSlots, int kGroup>
+__device__ __forceinline__ void row_dots(const Element* const (&o)[kSlots], const Element* const (&d)[kSlots],
+                                         const bool (&live)[kSlots], int gl, int cols, float (&sum)[kSlots]) {
+#pragma unroll 1
+  for (int e = kN * gl; e < cols; e += kN * kGroup) {
+    Chunk<Element, kN> x[kSlots], y[kSlots];
+    CUTE_UNROLL
+    for (int i = 0; i < kSlots; ++i)
+      if (live[i])
+        x[i] = *reinterpret_cast<const Chunk<Element, kN>*>(o[i] + e),
+        y[i] = *reinterpret_cast<const Chunk<Element, kN>*>(d[i] + e);
+    CUTE_UNROLL
+    for (int i = 0; i < kSlots; ++i)
+      if (live[i]) sum[i] += dot_chunks<Element, kN>(x[i], y[i]);
+  }
+}
+
 // delta[b][h][row] = sum over the value dim of dO * O for the rows [batch][row][head], cleared
 // `zero` rows alongside when it is set (the one-pass rows' dQ workspace, whose rows are these
-// rows: no memset pass of its own). A row is read by kGroup lanes, four elements per load where
-// every row in flight allows: 16 where the rows have at most 16 such chunks (a whole warp per
-// D = 64 row left half its lanes idle: 168 us against D = 128's 104), else 32. A warp has
-// kDeltaSlots slots of 32 / kGroup rows in flight.
+// rows: no memset pass of its own). Loads of 16 bytes where every row in flight allows (8 bytes
+// had run at 2.3-2.8 TB/s of the H200's 4.8), else of 4 elements, else of one.
 template <class Element, int kGroup>
 __global__ void __launch_bounds__(256, kDeltaCtasPerSm)
     delta_kernel(const __grid_constant__ BwdParams p, GradAccum zero) {
-  constexpr int kSlots = kDeltaSlots, kRowsPerSlot = 32 / kGroup;
-  constexpr std::uintptr_t kVec = 4 * sizeof(Element);
+  constexpr int kSlots = kDeltaSlots, kWide = 16 / sizeof(Element);
   const int lane = threadIdx.x % 32, sub = lane / kGroup, gl = lane % kGroup;  // row in slot, lane in row
   const std::int64_t batches = p.seqstart_q ? 1 : p.batch;
   WarpRows r(batches * p.delta_rows * p.heads_q, p.delta_rows, p.heads_q);
   for (int i = 0; i < sub; ++i) r.next();  // this lane's row of each slot: the sub-th
-  for (std::int64_t w = r.begin + sub; w < r.end + sub; w += kSlots * kRowsPerSlot) {
+  for (std::int64_t w = r.begin + sub; w < r.end + sub; w += kSlots * (32 / kGroup)) {
     const Element* o[kSlots];
     const Element* d[kSlots];
     float* delta[kSlots];
     float4* cleared[kSlots];
     bool live[kSlots];
-    bool vec = p.head_dim_v % 4 == 0;
-    CUTE_UNROLL
-    for (int i = 0; i < kSlots; ++i) {
-      live[i] = w + i * kRowsPerSlot < r.end;  // rows past the warp's share are not touched
+    bool wide = p.head_dim_v % kWide == 0, vec = p.head_dim_v % 4 == 0;
+    for_each_slot<kSlots, kGroup>(r, w, [&](int i, bool in_share) {
+      live[i] = in_share;
       o[i] = o_at<Element>(p, r.b, r.row, r.h);
       d[i] = do_at<Element>(p, r.b, r.row, r.h);
       delta[i] = delta_at(p, r.b, r.row, r.h);
       cleared[i] = zero.data != nullptr ? reinterpret_cast<float4*>(accum_row(zero, r.b, r.row, r.h)) : nullptr;
-      vec = vec && reinterpret_cast<std::uintptr_t>(o[i]) % kVec == 0 &&
-            reinterpret_cast<std::uintptr_t>(d[i]) % kVec == 0;
-      CUTE_UNROLL
-      for (int k = 0; k < kRowsPerSlot; ++k) r.next();
-    }
-    vec = __all_sync(0xffffffffu, vec);
+      const auto misaligned = (reinterpret_cast<std::uintptr_t>(o[i]) | reinterpret_cast<std::uintptr_t>(d[i]));
+      wide = wide && misaligned % 16 == 0;
+      vec = vec && misaligned % (4 * sizeof(Element)) == 0;
+    });
+    wide = __all_sync(0xffffffffu, wide), vec = __all_sync(0xffffffffu, vec);
     float sum[kSlots] = {};
-    if (vec) {
-      for (int e = 4 * gl; e < p.head_dim_v; e += 4 * kGroup) {
-        float4 x[kSlots], y[kSlots];
-        CUTE_UNROLL
-        for (int i = 0; i < kSlots; ++i)
-          if (live[i]) x[i] = load4(o[i] + e), y[i] = load4(d[i] + e);
-        CUTE_UNROLL
-        for (int i = 0; i < kSlots; ++i)
-          if (live[i]) sum[i] += x[i].x * y[i].x + x[i].y * y[i].y + x[i].z * y[i].z + x[i].w * y[i].w;
-      }
-    } else {
-      CUTE_UNROLL
-      for (int i = 0; i < kSlots; ++i) {
-        if (!live[i]) continue;
-#pragma unroll 1
-        for (int e = gl; e < p.head_dim_v; e += kGroup) sum[i] += float(o[i][e]) * float(d[i][e]);
-      }
-    }
+    if (wide) row_dots<Element, kWide, kSlots, kGroup>(o, d, live, gl, p.head_dim_v, sum);
+    else if (vec) row_dots<Element, 4, kSlots, kGroup>(o, d, live, gl, p.head_dim_v, sum);
+    else row_dots<Element, 1, kSlots, kGroup>(o, d, live, gl, p.head_dim_v, sum);
     CUTE_UNROLL
     for (int i = 0; i < kSlots; ++i) {
       CUTE_UNROLL
@@ -414,28 +450,52 @@ __device__ __forceinline__ void store_dbias_tile(const BwdParams& p, int b, int 
   }
 }
 
+// Slots of rows finish_gradient_kernel's warps have in flight (its 40 registers allow six CTAs
+// per SM).
+constexpr int kFinishSlots = 4;
+
 // out[b][row][h][c] = scale * accum (in out's dtype and strides), for every element of a gradient:
-// a warp per row (b, row, h) in out's order, the workspace's row read as float4s and written four
-// elements at a time where out's row allows. (Element by element, with the indices taken apart
-// per element, dQ's conversion took 277 us at the suite's 16384 tokens x 2048, ncu on the H100:
-// a tenth of a backward at S = 2048.)
-template <class Element>
+// kGroup lanes per row (b, row, h) in out's order, the workspace's row read as float4s and written
+// four elements at a time where out's row allows. (Element by element, with the indices taken
+// apart per element, dQ's conversion took 277 us at the suite's 16384 tokens x 2048, ncu on the
+// H100: a tenth of a backward at S = 2048.)
+template <class Element, int kGroup>
 __global__ void __launch_bounds__(256) finish_gradient_kernel(GradAccum g, Element* out, std::int64_t batch_stride,
                                                               std::int64_t row_stride, std::int64_t head_stride,
                                                               int cols, float scale) {
-  const int lane = threadIdx.x % 32;
+  constexpr int kSlots = kFinishSlots;
+  const int lane = threadIdx.x % 32, sub = lane / kGroup, gl = lane % kGroup;
   WarpRows r(g.batch * g.rows * g.heads, g.rows, int(g.heads));
-  for (std::int64_t w = r.begin; w < r.end; ++w, r.next()) {
-    const float* src = accum_row(g, r.b, r.row, r.h);  // the workspace's rows are whole 16-byte chunks
-    Element* dst = out + r.b * batch_stride + r.row * row_stride + std::int64_t(r.h) * head_stride;
-    const int swizzle = g.swizzled ? accum_swizzle(r.row) : 0;  // column c at c ^ swizzle
-    if (cols % 4 == 0 && reinterpret_cast<std::uintptr_t>(dst) % (4 * sizeof(Element)) == 0) {
-      for (int c = 4 * lane; c < cols; c += 4 * 32) {
-        const float4 v = *reinterpret_cast<const float4*>(src + (c ^ swizzle));
-        store4(dst + c, make_float4(scale * v.x, scale * v.y, scale * v.z, scale * v.w));
+  for (int i = 0; i < sub; ++i) r.next();
+  for (std::int64_t w = r.begin + sub; w < r.end + sub; w += kSlots * (32 / kGroup)) {
+    const float* src[kSlots];
+    Element* dst[kSlots];
+    int swizzle[kSlots];  // column c at c ^ swizzle
+    bool live[kSlots];
+    bool vec = cols % 4 == 0;
+    for_each_slot<kSlots, kGroup>(r, w, [&](int i, bool in_share) {
+      live[i] = in_share;
+      src[i] = accum_row(g, r.b, r.row, r.h);  // the workspace's rows are whole 16-byte chunks
+      dst[i] = out + r.b * batch_stride + r.row * row_stride + std::int64_t(r.h) * head_stride;
+      swizzle[i] = g.swizzled ? accum_swizzle(r.row) : 0;
+      vec = vec && reinterpret_cast<std::uintptr_t>(dst[i]) % (4 * sizeof(Element)) == 0;
+    });
+    if (__all_sync(0xffffffffu, vec)) {
+#pragma unroll 1
+      for (int c = 4 * gl; c < cols; c += 4 * kGroup) {
+        float4 v[kSlots];
+        CUTE_UNROLL
+        for (int i = 0; i < kSlots; ++i)
+          if (live[i]) v[i] = *reinterpret_cast<const float4*>(src[i] + (c ^ swizzle[i]));
+        CUTE_UNROLL
+        for (int i = 0; i < kSlots; ++i)
+          if (live[i]) store4(dst[i] + c, make_float4(scale * v[i].x, scale * v[i].y, scale * v[i].z, scale * v[i].w));
       }
     } else {
-      for (int c = lane; c < cols; c += 32) dst[c] = Element(scale * src[c ^ swizzle]);
+      CUTE_UNROLL
+      for (int i = 0; i < kSlots; ++i)
+        if (live[i])
+          for (int c = gl; c < cols; c += kGroup) dst[i][c] = Element(scale * src[i][c ^ swizzle[i]]);
     }
   }
 }

@@ -68,11 +68,14 @@ inline Status clear_accum(const GradAccum& g, const char* what, cudaStream_t str
 template <class Element>
 void finish_gradient(const GradAccum& g, void* out, std::int64_t batch_stride, std::int64_t row_stride,
                      std::int64_t head_stride, int cols, float scale, cudaStream_t stream) {
-  const std::int64_t n = g.batch * g.rows * g.heads * cols;
-  if (n > 0)
-    finish_gradient_kernel<Element>
-        <<<elementwise_grid(g.batch * g.rows * g.heads, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(
-        g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
+  const std::int64_t rows = g.batch * g.rows * g.heads;
+  if (rows * cols == 0) return;
+  const int lanes = lanes_per_row<4>(cols);
+  const auto kernel = lanes == 8    ? finish_gradient_kernel<Element, 8>
+                      : lanes == 16 ? finish_gradient_kernel<Element, 16>
+                                    : finish_gradient_kernel<Element, 32>;
+  kernel<<<elementwise_grid(rows, 8 * kFinishSlots * (32 / lanes)), 256, 0, stream>>>(
+      g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
 }
 
 // Who gives the keys past seqused_k (variable lengths) their zero gradients: the prologue, or the
@@ -92,9 +95,11 @@ Status backward_prologue(const BwdParams& p, UnusedKeys unused_keys, cudaStream_
     else if (Status s = clear_accum(*zero, "gradient workspace", stream); !s.ok()) return s;
   }
   if (delta_rows > 0) {
-    // Lanes per row: 16 for rows of at most 16 four-element chunks, else the warp.
-    const auto kernel = p.head_dim_v <= 4 * 16 ? delta_kernel<Element, 16> : delta_kernel<Element, 32>;
-    kernel<<<elementwise_grid(delta_rows, 8 * kElementwiseRowsPerWarp), 256, 0, stream>>>(p, cleared);
+    const int lanes = lanes_per_row<16 / sizeof(Element)>(p.head_dim_v);
+    const auto kernel = lanes == 8    ? delta_kernel<Element, 8>
+                        : lanes == 16 ? delta_kernel<Element, 16>
+                                      : delta_kernel<Element, 32>;
+    kernel<<<elementwise_grid(delta_rows, 8 * kDeltaSlots * (32 / lanes)), 256, 0, stream>>>(p, cleared);
   }
   if (p.dbias_accum) {
     const std::int64_t* w = p.dbias_accum_sizes;
