@@ -450,8 +450,8 @@ __device__ __forceinline__ void store_dbias_tile(const BwdParams& p, int b, int 
   }
 }
 
-// Slots of rows finish_gradient_kernel's warps have in flight (its 40 registers allow six CTAs
-// per SM).
+// Slots of rows finish_gradient_kernel's warps have in flight (its 76-84 registers allow three
+// CTAs per SM).
 constexpr int kFinishSlots = 4;
 
 // out[b][row][h][c] = scale * accum (in out's dtype and strides), for every element of a gradient:

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <type_traits>
+
 #include "cuda/common/bwd_common.hpp"
 #include "cuda/common/bwd_params.hpp"
 #include "cuda/common/launch.hpp"
@@ -65,15 +67,23 @@ inline Status clear_accum(const GradAccum& g, const char* what, cudaStream_t str
 }
 
 // A gradient (out with its strides, `cols` columns) = scale * its fp32 workspace.
+// pick(std::integral_constant<int, kGroup>) for the lanes per row that lanes_per_row chose: the
+// elementwise kernel instantiated for them.
+template <class Pick>
+auto kernel_for_lanes(int lanes, const Pick& pick) {
+  return lanes == 8    ? pick(std::integral_constant<int, 8>{})
+         : lanes == 16 ? pick(std::integral_constant<int, 16>{})
+                       : pick(std::integral_constant<int, 32>{});
+}
+
 template <class Element>
 void finish_gradient(const GradAccum& g, void* out, std::int64_t batch_stride, std::int64_t row_stride,
                      std::int64_t head_stride, int cols, float scale, cudaStream_t stream) {
   const std::int64_t rows = g.batch * g.rows * g.heads;
   if (rows * cols == 0) return;
   const int lanes = lanes_per_row<4>(cols);
-  const auto kernel = lanes == 8    ? finish_gradient_kernel<Element, 8>
-                      : lanes == 16 ? finish_gradient_kernel<Element, 16>
-                                    : finish_gradient_kernel<Element, 32>;
+  const auto kernel =
+      kernel_for_lanes(lanes, [](auto group) { return finish_gradient_kernel<Element, decltype(group)::value>; });
   kernel<<<elementwise_grid(rows, 8 * kFinishSlots * (32 / lanes)), 256, 0, stream>>>(
       g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
 }
@@ -96,9 +106,8 @@ Status backward_prologue(const BwdParams& p, UnusedKeys unused_keys, cudaStream_
   }
   if (delta_rows > 0) {
     const int lanes = lanes_per_row<16 / sizeof(Element)>(p.head_dim_v);
-    const auto kernel = lanes == 8    ? delta_kernel<Element, 8>
-                        : lanes == 16 ? delta_kernel<Element, 16>
-                                      : delta_kernel<Element, 32>;
+    const auto kernel =
+        kernel_for_lanes(lanes, [](auto group) { return delta_kernel<Element, decltype(group)::value>; });
     kernel<<<elementwise_grid(delta_rows, 8 * kDeltaSlots * (32 / lanes)), 256, 0, stream>>>(p, cleared);
   }
   if (p.dbias_accum) {
