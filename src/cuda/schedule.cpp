@@ -142,6 +142,13 @@ Status schedule_backward(const BackwardKernel& k, const detail::Problem& p, cons
   b->kv_split_first = split.first;
   b->kv_split_parts = split.parts;
   b->kv_work_items = split.work_items(b->num_kv_blocks);
+  if (k.tma) {
+    // Persistent: one CTA per SM, each drawing the next work item as it finishes one, so that the
+    // next item's Q and dO load during the last one's final steps.
+    std::int64_t resident = 0;
+    if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
+    b->kv_grid_ctas = std::min(b->kv_work_items, resident);
+  }
   if (gradient_store(k) == GradientStore::cta_slots) {
     // One dK/dV slot and one dQ slot per resident CTA (the workspace's); the CTAs take the key
     // tiles, then the query tiles, in turn.

@@ -131,6 +131,7 @@ void plan_backward_workspace(const BackwardKernel& k, const BackwardArgs& a, con
         w->split[0] = reserve(tiles * sizeof(int));
         w->split[1] = reserve(tiles * std::size_t(b->kv_split_parts - 1) * slot * sizeof(float));
       }
+      if (k.tma) w->items_drawn = reserve(sizeof(unsigned long long));
       break;
     }
     case GradientStore::cta_slots: {
@@ -165,6 +166,7 @@ void bind_backward_workspace(const BackwardKernel& k, const BackwardWorkspace& w
         b->kv_split_arrivals = reinterpret_cast<int*>(base + w.split[0]);
         b->kv_split_sums = at(w.split[1]);
       }
+      if (w.items_drawn) b->kv_items_drawn = reinterpret_cast<unsigned long long*>(base + w.items_drawn);
       break;
     case GradientStore::cta_slots:
       b->dkdv_slots = at(w.slots[0]);

@@ -65,7 +65,8 @@ struct BwdParams : FwdParams {
   GradAccum dq_accum, dk_accum, dv_accum;  // SIMT (FFMA) global-accumulator rows
   // Tensor-core global-accumulator rows: one fp32 slot per resident CTA (dK and dV chunks of a key
   // tile; dQ chunks of a query tile, in MMA-fragment order); the dK/dV grid is capped at
-  // kv_grid_ctas CTAs and the dQ grid at grid_ctas.
+  // kv_grid_ctas CTAs and the dQ grid at grid_ctas. The Hopper backward's persistent grid is
+  // kv_grid_ctas CTAs too.
   float* dkdv_slots;
   float* dq_slots;
   std::int64_t dkdv_slot_elems, dq_slot_elems, kv_grid_ctas;
@@ -83,6 +84,9 @@ struct BwdParams : FwdParams {
   int kv_split_parts;
   float* kv_split_sums;
   int* kv_split_arrivals;
+  // The Hopper backward's work items past the first kv_grid_ctas, drawn by its CTAs as they finish
+  // one (sm90/bwd/tile_scheduler.hpp): how many have been drawn (zeroed before the launch).
+  unsigned long long* kv_items_drawn;
 };
 
 }  // namespace memattn::cuda

@@ -69,4 +69,13 @@ struct RingBarriers {
   __device__ __forceinline__ void release(const RingPosition<kStages>& at) { EmptyBarrier::arrive(&empty[at.stage]); }
 };
 
+// Indices handed from one role to the others through shared memory (the persistent grids' work
+// items, drawn by one role): `full` once the drawer has stored a slot's index (its one arrival),
+// `empty` once every reader thread has read it.
+template <int kSlots>
+struct IndexRing {
+  std::int64_t index[kSlots];
+  RingBarriers<kSlots> barriers;
+};
+
 }  // namespace memattn::cuda::sm90

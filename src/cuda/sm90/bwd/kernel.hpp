@@ -1,15 +1,11 @@
 // The Hopper backward (sm_90a), plain problems of fixed lengths with D, Dv up to kHeadDim: a
-// warp-specialised one-pass backward, one CTA per work item (a key tile; past the grid's limit the
-// CTAs take the rest in a grid stride). Two producer warps load K and V, and Q, dO (TMA) and the
-// row statistics (producer.hpp); the consumer warpgroups compute dK and dV and add dQ to the fp32
-// workspace by bulk reductions (mainloop.hpp), then write dK and dV (epilogue.hpp). Registers move
-// from the producer warpgroup to the consumers (setmaxnreg; it needs the register cap of
-// __launch_bounds__(threads, 1)).
-//
-// Not persistent: with one CTA per SM walking the items in a fixed grid stride (the next item's Q
-// and dO loading during the last one's final steps) the causal rows lost 10-15% to the uneven
-// last wave, where the hardware hands out the CTAs as SMs free up (H100, D = 128, S = 8192
-// causal 454 -> 386 TFLOP/s, S = 2048 causal 319 -> 285; non-causal S = 2048 406 -> 412).
+// persistent, warp-specialised one-pass backward. One CTA per SM draws work items (key tiles) as
+// it finishes one (tile_scheduler.hpp), so that the next item's Q and dO load during the last
+// one's final steps and no CTA is launched per item. Two producer warps load K and V, and Q, dO
+// (TMA) and the row statistics (producer.hpp); the consumer warpgroups compute dK and dV and add
+// dQ to the fp32 workspace by bulk reductions (mainloop.hpp), then write dK and dV (epilogue.hpp).
+// Registers move from the producer warpgroup to the consumers (setmaxnreg; it needs the register
+// cap of __launch_bounds__(threads, 1)).
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -31,6 +27,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
     s.kv_barriers.init(Traits::kConsumerThreads);
     // The TMA lane's arrival with the bytes, and every producer lane's after its statistics.
     s.q_barriers.init(Traits::kConsumerThreads, 1 + Traits::kProducerThreads);
+    s.items.barriers.init(Traits::kConsumerThreads + 1);  // read by the consumers and the K and V thread
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();

@@ -50,8 +50,12 @@ Status launch_backward(const BwdParams& params, cudaStream_t stream) {
   if (Status s = backward_tensor_maps<Traits>(p, &tp); !s.ok()) return s;
   return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
     if (Status s = clear_split_counts(p, stream); !s.ok()) return s;
-    return launch_grid(backward_kernel<Traits>, Traits::kThreads, kBwdSmemBytes<Traits>, p.kv_work_items, 0, tp,
-                       stream);
+    if (Status s = cuda_status(cudaMemsetAsync(p.kv_items_drawn, 0, sizeof(*p.kv_items_drawn), stream),
+                               "work items' counter");
+        !s.ok())
+      return s;
+    return launch_grid(backward_kernel<Traits>, Traits::kThreads, kBwdSmemBytes<Traits>, p.kv_work_items,
+                       p.kv_grid_ctas, tp, stream);
   });
 }
 

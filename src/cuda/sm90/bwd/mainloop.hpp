@@ -72,7 +72,7 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
   RingPosition<1> kv_at;
   RingPosition<Traits::kStages> q_at;
 
-  for_each_work_item<kBlockM, kBlockN>(p, [&](const BwdWorkItem<kBlockM>& w) {
+  for_each_handed_item<kBlockM, kBlockN>(p, s.items, [&](const BwdWorkItem<kBlockM>& w) {
     const SequenceInfo& seq = w.seq;
     const KeyTileSteps<kBlockM>& t = w.steps;
     const detail::MaskRule rule = mask_rule(p, seq);

@@ -1,10 +1,10 @@
 // The Hopper backward's producers: two warps of the producer warpgroup walk the CTA's work items
 // in the consumers' order (tile_scheduler.hpp), each on its own, so that neither waits for the
 // other's buffers. One loads K and V per item (TMA) once the consumers have released the last
-// item's; the other each step's Q and dO (TMA) into the ring as soon as a buffer is free, up to
-// kStages steps ahead and across items, with the step's LSE (base 2, +inf past the sequence, so
-// that those rows' P is 0) and delta loaded by its lanes into the same ring buffer, each lane
-// arriving on its barrier after its stores.
+// item's; the other draws the items and loads each step's Q and dO (TMA) into the ring as soon as
+// a buffer is free, up to kStages steps ahead and across items, with the step's LSE (base 2, +inf
+// past the sequence, so that those rows' P is 0) and delta loaded by its lanes into the same ring
+// buffer, each lane arriving on its barrier after its stores.
 #pragma once
 
 #include <cmath>
@@ -27,7 +27,7 @@ __device__ void produce_keys(const TmaBwdParams& tp, BwdSharedStorage<Traits>& s
   cute::prefetch_tma_descriptor(&tp.k);
   cute::prefetch_tma_descriptor(&tp.v);
   RingPosition<1> kv_at;
-  for_each_work_item<kBlockM, kBlockN>(p, [&](const BwdWorkItem<kBlockM>& w) {
+  for_each_handed_item<kBlockM, kBlockN>(p, s.items, [&](const BwdWorkItem<kBlockM>& w) {
     std::uint64_t* full = s.kv_barriers.acquire(kv_at, 2 * Traits::kTileBytesKV);
     const int row = int(w.seq.k_begin + w.steps.n0);
     load_tile<kBlockN, kHeadDim>(&tp.k, full, s.k, row, w.tile.hk, int(w.seq.batch));
@@ -48,7 +48,7 @@ __device__ void produce_queries(const TmaBwdParams& tp, BwdSharedStorage<Traits>
     cute::prefetch_tma_descriptor(&tp.dout);
   }
   RingPosition<Traits::kStages> q_at;
-  for_each_work_item<kBlockM, kBlockN>(p, [&](const BwdWorkItem<kBlockM>& w) {
+  for_each_drawn_item<kBlockM, kBlockN>(p, s.items, lane, [&](const BwdWorkItem<kBlockM>& w) {
     const SequenceInfo& seq = w.seq;
     const KeyTileSteps<kBlockM>& t = w.steps;
     StepPos at = t.start();

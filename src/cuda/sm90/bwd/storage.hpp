@@ -1,7 +1,8 @@
 // The Hopper backward's shared memory: K and V (one work item's), the ring of Q, dO and row
 // statistics, two dS^T tiles and two dQ stages (a step writes one while the other is still read:
-// by the previous step's dQ GEMM, and by its bulk reduction), and the barriers. Every tile starts
-// at a 1024-byte boundary, the period of the 128-byte swizzle that TMA writes and wgmma reads.
+// by the previous step's dQ GEMM, and by its bulk reduction), the work items' ring, and the
+// barriers. Every tile starts at a 1024-byte boundary, the period of the 128-byte swizzle that TMA
+// writes and wgmma reads.
 #pragma once
 
 
@@ -24,6 +25,10 @@ struct BwdSharedStorage {
   float delta[kStages][Traits::kBlockM];
   RingBarriers<1> kv_barriers;
   RingBarriers<kStages> q_barriers;  // Q and dO by TMA, the statistics by the producer warp's lanes
+  // The work items, from the query producer (which draws them) to the K and V producer and the
+  // consumers: one slot more than the Q ring has stages (the drawer runs up to kStages steps
+  // ahead of the consumers).
+  IndexRing<kStages + 1> items;
 };
 
 }  // namespace memattn::cuda::sm90

@@ -1,8 +1,9 @@
-// The Hopper backward's work: the CTAs take the work items (key tiles, or parts of the last wave's
-// split tiles: one_pass_bwd_tail_split.hpp) in a grid stride, and each item's steps are the query
-// tiles that see its keys, for every query head of its kv head's group (the one-pass backward's
-// order). The producers and the consumers walk the same items and steps (for_each_work_item,
-// KeyTileSteps), so that every load a producer issues is the one the consumers wait for.
+// The Hopper backward's work: a persistent grid whose CTAs draw the work items (key tiles, or parts
+// of the last wave's split tiles: one_pass_bwd_tail_split.hpp) as they finish one, and each item's
+// steps are the query tiles that see its keys, for every query head of its kv head's group (the
+// one-pass backward's order). The producers and the consumers walk the same items (one draws,
+// IndexRing hands them on) and steps (KeyTileSteps), so that every load a producer issues is the
+// one the consumers wait for.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "cuda/common/bwd_params.hpp"
 #include "cuda/common/one_pass_bwd_tail_split.hpp"
 #include "cuda/common/tile_scheduler.hpp"
+#include "cuda/sm90/pipeline.hpp"
 
 namespace memattn::cuda::sm90 {
 
@@ -49,28 +51,69 @@ struct BwdWorkItem {
   KeyTileSteps<kBlockM> steps;
 };
 
-// body(item) for each of this CTA's work items, in order; items whose tile lies past the keys
-// (nothing to do, nothing loaded) are passed over.
-template <int kBlockM, int kBlockN, class Body>
-__device__ __forceinline__ void for_each_work_item(const BwdParams& p, const Body& body) {
-  for (std::int64_t index = blockIdx.x; index < p.kv_work_items; index += gridDim.x) {
+// Work item `index` decoded into w; false where its tile lies past the keys (nothing to do,
+// nothing loaded).
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ bool decode_work_item(const BwdParams& p, std::int64_t index, BwdWorkItem<kBlockM>* item) {
+  BwdWorkItem<kBlockM>& w = *item;
+  w.part = kv_tile_part(p, index);
+  w.tile = decode_kv_work(p, w.part.tile);
+  w.seq = sequence_info(p, w.tile.b);
+  KeyTileSteps<kBlockM>& t = w.steps;
+  t.n0 = std::int64_t(w.tile.n_block) * kBlockN;
+  if (t.n0 >= w.seq.k_len) return false;
+  t.keys = int(min(std::int64_t(kBlockN), w.seq.k_len - t.n0));
+  std::int64_t query_end = 0;
+  mask_rule(p, w.seq).query_range(t.n0, t.n0 + t.keys, w.seq.q_len, &t.query_begin, &query_end);
+  t.q_tiles = query_end > t.query_begin ? int((query_end - t.query_begin + kBlockM - 1) / kBlockM) : 0;
+  t.tiles_end = t.query_begin + std::int64_t(t.q_tiles) * kBlockM;
+  t.first_head = w.tile.hk * p.group;
+  const int all = p.group * t.q_tiles;
+  t.first = int(std::int64_t(all) * w.part.part / w.part.parts);
+  t.count = int(std::int64_t(all) * (w.part.part + 1) / w.part.parts) - t.first;
+  return true;
+}
+
+// The persistent grid's schedule. The query producer warp walks furthest ahead (up to the ring of
+// Q and dO), so it draws: the CTA's first item is its block index, each next one the counter's
+// next draw past the first wave (atomicAdd), taken once the last item's steps are issued. The
+// items go out in the work order (the heaviest key tiles first under a causal mask), each to the
+// CTA that asks first, so that uneven items do not leave CTAs idle at the end (a fixed grid stride
+// had lost 10-15% on the causal rows to its uneven last wave, H100). `lane`: the warp's.
+template <int kBlockM, int kBlockN, int kSlots, class Body>
+__device__ __forceinline__ void for_each_drawn_item(const BwdParams& p, IndexRing<kSlots>& ring, int lane,
+                                                    const Body& body) {
+  RingPosition<kSlots> at;
+  std::int64_t index = blockIdx.x;
+  while (true) {
+    if (lane == 0) {
+      ring.barriers.wait_free(at);
+      ring.index[at.stage] = index;
+      ring.barriers.arrive(at);
+    }
+    at.advance();
+    if (index >= p.kv_work_items) return;
     BwdWorkItem<kBlockM> w;
-    w.part = kv_tile_part(p, index);
-    w.tile = decode_kv_work(p, w.part.tile);
-    w.seq = sequence_info(p, w.tile.b);
-    KeyTileSteps<kBlockM>& t = w.steps;
-    t.n0 = std::int64_t(w.tile.n_block) * kBlockN;
-    if (t.n0 >= w.seq.k_len) continue;
-    t.keys = int(min(std::int64_t(kBlockN), w.seq.k_len - t.n0));
-    std::int64_t query_end = 0;
-    mask_rule(p, w.seq).query_range(t.n0, t.n0 + t.keys, w.seq.q_len, &t.query_begin, &query_end);
-    t.q_tiles = query_end > t.query_begin ? int((query_end - t.query_begin + kBlockM - 1) / kBlockM) : 0;
-    t.tiles_end = t.query_begin + std::int64_t(t.q_tiles) * kBlockM;
-    t.first_head = w.tile.hk * p.group;
-    const int all = p.group * t.q_tiles;
-    t.first = int(std::int64_t(all) * w.part.part / w.part.parts);
-    t.count = int(std::int64_t(all) * (w.part.part + 1) / w.part.parts) - t.first;
-    body(static_cast<const BwdWorkItem<kBlockM>&>(w));
+    if (decode_work_item<kBlockM, kBlockN>(p, index, &w)) body(static_cast<const BwdWorkItem<kBlockM>&>(w));
+    std::int64_t next = 0;
+    if (lane == 0) next = std::int64_t(gridDim.x) + std::int64_t(atomicAdd(p.kv_items_drawn, 1ull));
+    index = __shfl_sync(0xffffffffu, next, 0);
+  }
+}
+
+// body(item) for each item the drawer hands this CTA, in order (the K and V producer, the
+// consumer warpgroups); every thread reads each index.
+template <int kBlockM, int kBlockN, int kSlots, class Body>
+__device__ __forceinline__ void for_each_handed_item(const BwdParams& p, IndexRing<kSlots>& ring, const Body& body) {
+  RingPosition<kSlots> at;
+  while (true) {
+    ring.barriers.wait(at);
+    const std::int64_t index = ring.index[at.stage];
+    ring.barriers.release(at);
+    at.advance();
+    if (index >= p.kv_work_items) return;
+    BwdWorkItem<kBlockM> w;
+    if (decode_work_item<kBlockM, kBlockN>(p, index, &w)) body(static_cast<const BwdWorkItem<kBlockM>&>(w));
   }
 }
 
