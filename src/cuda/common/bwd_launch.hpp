@@ -84,7 +84,7 @@ void finish_gradient(const GradAccum& g, void* out, std::int64_t batch_stride, s
   const int lanes = lanes_per_row<4>(cols);
   const auto kernel =
       kernel_for_lanes(lanes, [](auto group) { return finish_gradient_kernel<Element, decltype(group)::value>; });
-  kernel<<<elementwise_grid(rows, 8 * kFinishSlots * (32 / lanes)), 256, 0, stream>>>(
+  kernel<<<elementwise_grid(rows, 8 * kFinishSlots * (32 / lanes) * kElementwisePasses), 256, 0, stream>>>(
       g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
 }
 
@@ -101,14 +101,15 @@ Status backward_prologue(const BwdParams& p, UnusedKeys unused_keys, cudaStream_
   const std::int64_t delta_rows = (p.seqstart_q ? 1 : p.batch) * p.delta_rows * p.heads_q;
   GradAccum cleared{};
   if (zero != nullptr) {
-    if (zero->batch * zero->rows * zero->heads == delta_rows) cleared = *zero;
+    if (zero->rows == p.delta_rows && zero->heads == p.heads_q && zero->batch * zero->rows * zero->heads == delta_rows)
+      cleared = *zero;
     else if (Status s = clear_accum(*zero, "gradient workspace", stream); !s.ok()) return s;
   }
   if (delta_rows > 0) {
     const int lanes = lanes_per_row<16 / sizeof(Element)>(p.head_dim_v);
     const auto kernel =
         kernel_for_lanes(lanes, [](auto group) { return delta_kernel<Element, decltype(group)::value>; });
-    kernel<<<elementwise_grid(delta_rows, 8 * kDeltaSlots * (32 / lanes)), 256, 0, stream>>>(p, cleared);
+    kernel<<<elementwise_grid(delta_rows, 8 * kDeltaSlots * (32 / lanes) * kElementwisePasses), 256, 0, stream>>>(p, cleared);
   }
   if (p.dbias_accum) {
     const std::int64_t* w = p.dbias_accum_sizes;
