@@ -1,7 +1,7 @@
 // The Hopper backward's epilogue, per work item: a split tile's parts meet (gather_split_tile),
-// then each consumer warpgroup writes its own 64 keys' dK (scaled) and dV through shared memory
-// (store_warpgroup_rows), the dS^T tiles' and dQ stages' (BwdSharedStorage::key_grad_tile): K and
-// V have gone back to the producer, whose next item's load runs under the epilogue.
+// then each consumer warpgroup writes its own 64 keys' dK (scaled) and dV through the K and V
+// tiles' shared memory (store_warpgroup_rows); the tiles are then released to the producer for
+// the next item's K and V.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -32,8 +32,7 @@ __device__ __forceinline__ void consumers_sync() {
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kConsumersBarrier);
 }
 
-// After every consumer's last read of the dS^T tiles and, where dK and dV reach them, the dQ stages
-// (the caller's barriers).
+// After every consumer's last read of K and V (the caller's barrier).
 template <class Traits, class Acc>
 __device__ __forceinline__ void write_key_grads(const BwdParams& p, BwdSharedStorage<Traits>& s,
                                                 const BwdWorkItem<Traits::kBlockM>& w, Acc& acc_dk, Acc& acc_dv,
@@ -48,11 +47,11 @@ __device__ __forceinline__ void write_key_grads(const BwdParams& p, BwdSharedSto
   const std::int64_t row = w.seq.k_begin + w.steps.n0 + kWarpgroupRows * wg;
   const int rows = w.steps.keys - kWarpgroupRows * wg;
   typename Traits::MmaDkv mma;
-  const Tensor sdK = cute::make_tensor(make_smem_ptr(s.key_grad_tile(0)), typename Traits::SmemLayoutKV{});
-  const Tensor sdV = cute::make_tensor(make_smem_ptr(s.key_grad_tile(1)), typename Traits::SmemLayoutKV{});
-  store_warpgroup_rows(mma, convert_fragment<Element>(acc_dk), sdK, dk_at<Element>(p, w.seq.batch, row, w.tile.hk),
+  const Tensor sK = cute::make_tensor(make_smem_ptr(s.k), typename Traits::SmemLayoutKV{});
+  const Tensor sV = cute::make_tensor(make_smem_ptr(s.v), typename Traits::SmemLayoutKV{});
+  store_warpgroup_rows(mma, convert_fragment<Element>(acc_dk), sK, dk_at<Element>(p, w.seq.batch, row, w.tile.hk),
                        p.dk_row_stride, rows, p.head_dim, ctid, kBwdWarpgroupBarrier + wg);
-  store_warpgroup_rows(mma, convert_fragment<Element>(acc_dv), sdV, dv_at<Element>(p, w.seq.batch, row, w.tile.hk),
+  store_warpgroup_rows(mma, convert_fragment<Element>(acc_dv), sV, dv_at<Element>(p, w.seq.batch, row, w.tile.hk),
                        p.dv_row_stride, rows, p.head_dim_v, ctid, kBwdWarpgroupBarrier + wg);
 }
 

@@ -4,7 +4,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstddef>
 #include <type_traits>
 
 #include "cuda/common/bwd_launch.hpp"
@@ -43,11 +42,7 @@ Status backward_tensor_maps(const BwdParams& p, TmaBwdParams* tp) {
 template <class Traits, unsigned kFeatures>
 Status launch_backward(const BwdParams& params, cudaStream_t stream) {
   static_assert(kFeatures == kPlain, "the Hopper backward takes plain problems");
-  using Storage = BwdSharedStorage<Traits>;
-  static_assert(sizeof(Storage) <= kSmemPerCta);
-  static_assert(offsetof(Storage, dq) == offsetof(Storage, ds) + sizeof(Storage::ds) &&
-                    2 * Traits::kTileBytesKV <= sizeof(Storage::ds) + sizeof(Storage::dq),
-                "dK and dV leave through the dS^T tiles and the dQ stages after them");
+  static_assert(sizeof(BwdSharedStorage<Traits>) <= kSmemPerCta);
   BwdParams p = params;
   p.dq_accum.swizzled = p.dq_accum.ld == Traits::kHeadDim;  // the stage is the workspace's tile
   TmaBwdParams tp{};

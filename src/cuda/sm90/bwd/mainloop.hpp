@@ -14,9 +14,7 @@
 // The dS^T tile and the dQ stage alternate between two buffers, so that one barrier per step
 // orders them: a warpgroup may write the next step's dS^T while the other still reads this one's
 // in its dQ GEMM, and the dQ stage is rewritten two steps after its reduction was issued (its
-// first thread waits for the reduction's reads before the barrier). After an item's last step K
-// and V go back to the producer at once, and dK and dV leave through the dS^T tiles (and at
-// D = 128 the dQ stages) while the next item's K and V load.
+// first thread waits for the reduction's reads before the barrier).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -146,18 +144,12 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
       q_at.advance();
       staged = {accum_row(p.dq_accum, seq.batch, seq.q_begin + at.m0, at.h), rows, buf};
     }
-    consumers_sync<Traits>();  // the last step's dQ is staged; every wgmma read of K, V and dS^T is done
+    consumers_sync<Traits>();  // the last step's dQ is staged; every wgmma read of K and V is done
     if (ctid == 0) staged.template issue<kHeadDim>(s.dq[staged.buf], p.dq_accum.ld);
-    s.kv_barriers.release(kv_at);  // the next item's K and V load during the epilogue
-    kv_at.advance();
-    if constexpr (BwdSharedStorage<Traits>::kKeyGradsReachDq) {
-      if (ctid == 0) wait_bulk_reads();  // the dQ stages' reductions have read them
-      consumers_sync<Traits>();
-    }
     write_key_grads<Traits>(p, s, w, acc_dk, acc_dv, ctid);
-    // Both warpgroups' dK and dV rows have left the dS^T tiles before either writes the next
-    // item's first dS^T there.
-    consumers_sync<Traits>();
+    publish_smem_writes();  // the next K and V arrive by TMA over the tiles these threads wrote
+    s.kv_barriers.release(kv_at);
+    kv_at.advance();
   });
   if (ctid == 0) wait_bulk_reads();  // the stage stays valid until the last reduction has read it
 }

@@ -19,7 +19,7 @@
 namespace memattn::cuda::sm90 {
 
 // K and V, by one thread of the producer warpgroup's second warp: each item's tiles once the
-// consumers have released the last item's (after its last step).
+// consumers have released the last item's (after its dK and dV stores).
 template <class Traits>
 __device__ void produce_keys(const TmaBwdParams& tp, BwdSharedStorage<Traits>& s) {
   const BwdParams& p = tp.p;

@@ -2,8 +2,7 @@
 // statistics, two dS^T tiles and two dQ stages (a step writes one while the other is still read:
 // by the previous step's dQ GEMM, and by its bulk reduction), the work items' ring, and the
 // barriers. Every tile starts at a 1024-byte boundary, the period of the 128-byte swizzle that TMA
-// writes and wgmma reads. The dS^T tiles and the dQ stages lie one after the other (launch.hpp
-// checks), so that dK and dV can leave through them.
+// writes and wgmma reads.
 #pragma once
 
 
@@ -30,12 +29,6 @@ struct BwdSharedStorage {
   // consumers: one slot more than the Q ring has stages (the drawer runs up to kStages steps
   // ahead of the consumers).
   IndexRing<kStages + 1> items;
-
-  // dK and dV on their way out (epilogue.hpp), tile i of Traits::kTileElemsKV: in the dS^T tiles'
-  // memory and, where that is too small (D = 128), the dQ stages' after it, so that K and V go back
-  // to the producer before the epilogue and the next item's load under it.
-  static constexpr bool kKeyGradsReachDq = 2 * Traits::kTileElemsKV > 2 * Traits::kTileElemsP;
-  __device__ __forceinline__ Element* key_grad_tile(int i) { return &ds[0][0] + i * Traits::kTileElemsKV; }
 };
 
 }  // namespace memattn::cuda::sm90
