@@ -163,7 +163,7 @@ Status forward(const ForwardArgs& args, const detail::Problem& p) {
   const cudaStream_t stream = static_cast<cudaStream_t>(args.stream);
   const Scratch scratch(args, plan.workspace_bytes, stream);
   if (Status s = scratch.status(); !s.ok()) return s;
-  bind_forward_workspace(scratch.get(), &plan.params);
+  bind_forward_workspace(*plan.kernel, scratch.get(), &plan.params);
   // A cache's new keys go in once nothing can refuse the call any more, before the kernel reads
   // them, unless the kernel writes them itself (cache_params).
   if (plan.params.cache_k_new == nullptr)

@@ -117,7 +117,8 @@ Status schedule_forward(const ForwardKernel& k, const detail::Problem& p, const 
   if (k.accumulator != Accumulator::global && !k.tma) return Status::Ok();
   // Persistent grids, whose CTAs take the work items in turn: one workspace slot (the output
   // accumulator of one query tile) per resident CTA in the global-accumulator rows; one CTA per
-  // SM in the TMA rows, whose producer loads the next item's tiles during the last one's epilogue.
+  // SM in the TMA rows, whose producer draws the next item from a counter and loads its tiles
+  // during the last one's epilogue.
   std::int64_t resident = 0;
   if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
   f->grid_ctas = std::min(f->num_blocks, resident);

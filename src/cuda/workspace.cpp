@@ -73,6 +73,7 @@ std::size_t plan_forward_workspace(const ForwardKernel& k, const detail::Problem
                              std::size_t(f->partial_rows);
     return partial_lse_offset(*f) + rows * sizeof(float);
   }
+  if (k.tma) return sizeof(*f->items_drawn);
   if (k.accumulator != Accumulator::global) return 0;
   f->o_accum_slot_elems = std::int64_t(k.block_m) * accum_ld(p.head_dim_v);
   return std::size_t(f->grid_ctas) * std::size_t(f->o_accum_slot_elems) * sizeof(float);
@@ -85,8 +86,10 @@ std::size_t partial_lse_offset(const FwdParams& f) {
   return (out + kAlign - 1) / kAlign * kAlign;
 }
 
-void bind_forward_workspace(void* base, FwdParams* f) {
-  if (f->num_splits > 1) {
+void bind_forward_workspace(const ForwardKernel& k, void* base, FwdParams* f) {
+  if (k.tma) {
+    f->items_drawn = static_cast<unsigned long long*>(base);
+  } else if (f->num_splits > 1) {
     f->partial_out = static_cast<float*>(base);
     f->partial_lse = reinterpret_cast<float*>(static_cast<char*>(base) + partial_lse_offset(*f));
   } else {

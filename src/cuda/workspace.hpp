@@ -39,13 +39,14 @@ enum class GradientStore {
 GradientStore gradient_store(const BackwardKernel& k);
 
 // The forward's workspace bytes: with split keys (f->num_splits > 1, from the schedule) every
-// part's output and LSE in fp32, then 256-byte aligned; else one output accumulator slot per CTA
-// of the global-accumulator rows (f->grid_ctas); sets f->o_accum_slot_elems or the partial sizes.
+// part's output and LSE in fp32, then 256-byte aligned; one output accumulator slot per CTA of the
+// global-accumulator rows (f->grid_ctas); the Hopper rows' count of drawn work items; sets
+// f->o_accum_slot_elems or the partial sizes.
 std::size_t plan_forward_workspace(const ForwardKernel& k, const detail::Problem& p, FwdParams* f);
 // Where the split parts' LSE starts in that workspace (bytes).
 std::size_t partial_lse_offset(const FwdParams& f);
-// Points f at its workspace, `base`.
-void bind_forward_workspace(void* base, FwdParams* f);
+// Points f at its workspace, `base`, as planned for row k.
+void bind_forward_workspace(const ForwardKernel& k, void* base, FwdParams* f);
 
 // Byte offsets of the backward's workspace parts (delta at 0), each 256-byte aligned.
 struct BackwardWorkspace {

@@ -198,6 +198,48 @@ TEST(CudaForwardHopper, TmaRowsTakeWhatTensorMapsDescribe) {
   EXPECT_NE(forced.message().find("TMA loads need"), std::string::npos) << forced.message();
 }
 
+// The Hopper forward's persistent grid (sm90/fwd/producer.hpp): one CTA per SM draws the query
+// tiles past the first wave as it finishes one and hands them to its consumer warpgroups. Three
+// times as many items as SMs, 3 query tiles per (sequence, head), the last one partial, 168 keys
+// (a partial second key tile). The bf16 rows run top-left causal (the first query tile sees one key
+// tile, the others two), the fp16 rows bottom-right causal (the first query tile sees no key: empty
+// items, written by the consumers alone; the second in part). Every TMA row of the build, forced,
+// against the reference.
+TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  int sms = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
+  if (major * 10 + minor != 90) GTEST_SKIP() << "not an sm_90 GPU";
+  constexpr std::int64_t kBatch = 2, kQueryTiles = 3;
+  const std::int64_t heads = (3 * sms + kBatch * kQueryTiles - 1) / (kBatch * kQueryTiles);
+  int ran = 0;
+  // A row's name gives its head dim and query tile: fwd_sm90_bf16_d64_m192n96w16_wgmma_tma_vec_plain.
+  const auto number_after = [](const std::string& name, const char* tag) {
+    return std::stoi(name.substr(name.find(tag) + std::char_traits<char>::length(tag)));
+  };
+  for (const KernelInfo& k : list_kernels()) {
+    if (k.name.compare(0, 9, "fwd_sm90_") != 0 || k.name.find("_tma_") == std::string::npos) continue;
+    const DType dtype = k.name.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
+    const bool top_left = dtype == DType::bf16;
+    tools::ProblemSpec s;
+    s.batch = kBatch;
+    s.seqlen_q = (kQueryTiles - 1) * number_after(k.name, "_m") + 77;
+    s.seqlen_k = 168;
+    s.heads_q = s.heads_k = heads;
+    s.head_dim = s.head_dim_v = number_after(k.name, "_d");
+    s.mask = Mask::causal(top_left ? Alignment::top_left : Alignment::bottom_right);
+    s.dtype = dtype;
+    s.backend = Backend::cuda;
+    s.forward_overrides.kernel = k.name;
+    SCOPED_TRACE(k.name + ": " + s.describe());
+    check_case(s, {/*backward=*/false});
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "the build has no TMA forward row";
+}
+
 TEST(CudaForwardSizes, LongSequenceWithDenseBiasNeedsInt64Offsets) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   tools::ProblemSpec s;

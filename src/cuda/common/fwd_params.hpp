@@ -86,6 +86,10 @@ struct FwdParams {
   const void* cache_v_new;
   std::int64_t k_new_batch_stride, k_new_row_stride, k_new_head_stride;
   std::int64_t v_new_batch_stride, v_new_row_stride, v_new_head_stride;
+
+  // The Hopper forward's work items past the first grid_ctas, drawn by its CTAs as they finish one
+  // (sm90/fwd/producer.hpp): a counter in the workspace, cleared before the launch. Null elsewhere.
+  unsigned long long* items_drawn;
 };
 
 }  // namespace memattn::cuda

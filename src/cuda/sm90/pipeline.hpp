@@ -78,4 +78,49 @@ struct IndexRing {
   RingBarriers<kSlots> barriers;
 };
 
+// The drawer's side of a persistent grid's work: the CTA's first item is its block index, each
+// next one the counter's next draw past the first wave (`drawn` counts the draws; cleared before
+// the launch), taken once body(index) returns, so that the items go out in index order, each to
+// the CTA that asks first. Every index (the last one past `items` too, which ends the walk) goes
+// into the ring for the other roles before body runs. The calling threads walk together; `leader`
+// is the one that draws and stores, `share` hands its draw to the others (the identity for one
+// thread, a shuffle for a warp).
+template <int kSlots, class Share, class Body>
+__device__ __forceinline__ void for_each_drawn_index(unsigned long long* drawn, std::int64_t items,
+                                                     IndexRing<kSlots>& ring, bool leader, const Share& share,
+                                                     const Body& body) {
+  RingPosition<kSlots> at;
+  std::int64_t index = blockIdx.x;
+  while (true) {
+    if (leader) {
+      ring.barriers.wait_free(at);
+      ring.index[at.stage] = index;
+      ring.barriers.arrive(at);
+    }
+    at.advance();
+    if (index >= items) return;
+    body(index);
+    std::int64_t next = 0;
+    if (leader) next = std::int64_t(gridDim.x) + std::int64_t(atomicAdd(drawn, 1ull));
+    index = share(next);
+  }
+}
+
+// The next index the drawer hands this CTA (every calling thread reads it); `at` walks the ring.
+template <int kSlots>
+__device__ __forceinline__ std::int64_t take_index(IndexRing<kSlots>& ring, RingPosition<kSlots>& at) {
+  ring.barriers.wait(at);
+  const std::int64_t index = ring.index[at.stage];
+  ring.barriers.release(at);
+  at.advance();
+  return index;
+}
+
+// body(index) for each index the drawer hands this CTA, in order, until one past `items`.
+template <int kSlots, class Body>
+__device__ __forceinline__ void for_each_handed_index(std::int64_t items, IndexRing<kSlots>& ring, const Body& body) {
+  RingPosition<kSlots> at;
+  for (std::int64_t index = take_index(ring, at); index < items; index = take_index(ring, at)) body(index);
+}
+
 }  // namespace memattn::cuda::sm90

@@ -74,47 +74,29 @@ __device__ __forceinline__ bool decode_work_item(const BwdParams& p, std::int64_
   return true;
 }
 
-// The persistent grid's schedule. The query producer warp walks furthest ahead (up to the ring of
-// Q and dO), so it draws: the CTA's first item is its block index, each next one the counter's
-// next draw past the first wave (atomicAdd), taken once the last item's steps are issued. The
-// items go out in the work order (the heaviest key tiles first under a causal mask), each to the
-// CTA that asks first, so that uneven items do not leave CTAs idle at the end (a fixed grid stride
-// had lost 10-15% on the causal rows to its uneven last wave, H100). `lane`: the warp's.
+// The persistent grid's schedule (for_each_drawn_index, pipeline.hpp). The query producer warp
+// walks furthest ahead (up to the ring of Q and dO), so it draws, once the last item's steps are
+// issued. The items go out in the work order (the heaviest key tiles first under a causal mask),
+// each to the CTA that asks first, so that uneven items do not leave CTAs idle at the end (a fixed
+// grid stride had lost 10-15% on the causal rows to its uneven last wave, H100). `lane`: the warp's.
 template <int kBlockM, int kBlockN, int kSlots, class Body>
 __device__ __forceinline__ void for_each_drawn_item(const BwdParams& p, IndexRing<kSlots>& ring, int lane,
                                                     const Body& body) {
-  RingPosition<kSlots> at;
-  std::int64_t index = blockIdx.x;
-  while (true) {
-    if (lane == 0) {
-      ring.barriers.wait_free(at);
-      ring.index[at.stage] = index;
-      ring.barriers.arrive(at);
-    }
-    at.advance();
-    if (index >= p.kv_work_items) return;
+  const auto share = [](std::int64_t drawn) { return __shfl_sync(0xffffffffu, drawn, 0); };
+  for_each_drawn_index(p.kv_items_drawn, p.kv_work_items, ring, lane == 0, share, [&](std::int64_t index) {
     BwdWorkItem<kBlockM> w;
     if (decode_work_item<kBlockM, kBlockN>(p, index, &w)) body(static_cast<const BwdWorkItem<kBlockM>&>(w));
-    std::int64_t next = 0;
-    if (lane == 0) next = std::int64_t(gridDim.x) + std::int64_t(atomicAdd(p.kv_items_drawn, 1ull));
-    index = __shfl_sync(0xffffffffu, next, 0);
-  }
+  });
 }
 
 // body(item) for each item the drawer hands this CTA, in order (the K and V producer, the
 // consumer warpgroups); every thread reads each index.
 template <int kBlockM, int kBlockN, int kSlots, class Body>
 __device__ __forceinline__ void for_each_handed_item(const BwdParams& p, IndexRing<kSlots>& ring, const Body& body) {
-  RingPosition<kSlots> at;
-  while (true) {
-    ring.barriers.wait(at);
-    const std::int64_t index = ring.index[at.stage];
-    ring.barriers.release(at);
-    at.advance();
-    if (index >= p.kv_work_items) return;
+  for_each_handed_index(p.kv_work_items, ring, [&](std::int64_t index) {
     BwdWorkItem<kBlockM> w;
     if (decode_work_item<kBlockM, kBlockN>(p, index, &w)) body(static_cast<const BwdWorkItem<kBlockM>&>(w));
-  }
+  });
 }
 
 }  // namespace memattn::cuda::sm90

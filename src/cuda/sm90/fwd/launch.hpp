@@ -1,5 +1,6 @@
-// Host side of the Hopper forward: the tensor maps of Q, K and V, the launch on the persistent grid
-// the scheduler sized (one CTA per SM, at most one per work item), and the resource report.
+// Host side of the Hopper forward: the tensor maps of Q, K and V, the work items' counter cleared,
+// the launch on the persistent grid the scheduler sized (one CTA per SM, at most one per work
+// item), and the resource report.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,6 +44,11 @@ Status launch_forward(const FwdParams& p, cudaStream_t stream) {
   TmaFwdParams tp{};
   tp.p = p;
   if (Status s = forward_tensor_maps<Traits>(p, &tp); !s.ok()) return s;
+  if (p.items_drawn == nullptr)
+    return {StatusCode::internal_error, "sm90 forward: no workspace for the work items' counter"};
+  if (Status s = cuda_status(cudaMemsetAsync(p.items_drawn, 0, sizeof(*p.items_drawn), stream), "work items' counter");
+      !s.ok())
+    return s;
   // p.grid_ctas: the resident CTAs (schedule.cpp), one per SM.
   return launch_grid(forward_kernel<Traits>, Traits::kThreads, kFwdSmemBytes<Traits>, p.num_blocks, p.grid_ctas, tp,
                      stream);

@@ -1,4 +1,4 @@
-// The Hopper forward's consumer warpgroups: for each work item of the CTA (the producer's order),
+// The Hopper forward's consumer warpgroups: for each work item the producer hands the CTA,
 // wait for the Q tile, then walk the key tiles last to first as they land: S = Q K^T on wgmma with
 // both operands in shared memory, the K buffer released as soon as the GEMM completes; scale and
 // mask (masked tiles only), the online softmax in registers (softmax.hpp, a quad of lanes per row
@@ -94,7 +94,8 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
   const GemmTurns<Traits::kSchedule, Traits::kConsumerWarpgroups> turns{ctid / Traits::kWarpgroupThreads};
   turns.start();
 
-  for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
+  RingPosition<2> item_at;
+  for (std::int64_t index = take_index(s.items, item_at); index < p.num_blocks; index = take_index(s.items, item_at)) {
     const WorkItem work = decode_work(p, index);
     const SequenceInfo seq = sequence_info(p, work.b);
     const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;

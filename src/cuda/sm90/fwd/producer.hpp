@@ -1,5 +1,7 @@
-// The Hopper forward's producer: one thread of the producer warpgroup walks the CTA's work items
-// in the consumers' order (the same decode_work and key_tiles, so both sides agree on every
+// The Hopper forward's producer: one thread of the producer warpgroup draws the CTA's work items
+// (for_each_drawn_index, pipeline.hpp: each next one once this one's loads are issued, so that a
+// CTA whose items were light takes more; a grid stride had left the causal last wave uneven),
+// hands each to the consumers (the same decode_work and key_tiles, so both sides agree on every
 // load) and issues the TMA loads: for each query tile that sees a key, its Q tile, then K and V
 // tile by tile, last to first as the consumers walk them. A load waits only for its buffer to be
 // released, so the producer runs up to kStages key tiles ahead; the next work item's loads start
@@ -26,13 +28,14 @@ __device__ void produce(const TmaFwdParams& tp, FwdSharedStorage<Traits>& s) {
   cute::prefetch_tma_descriptor(&tp.v);
   RingPosition<1> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
-  for (std::int64_t index = blockIdx.x; index < p.num_blocks; index += gridDim.x) {
+  const auto one_thread = [](std::int64_t drawn) { return drawn; };
+  for_each_drawn_index(p.items_drawn, p.num_blocks, s.items, true, one_thread, [&](std::int64_t index) {
     const WorkItem work = decode_work(p, index);
     const SequenceInfo seq = sequence_info(p, work.b);
     const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
-    if (m0 >= seq.q_len) continue;
+    if (m0 >= seq.q_len) return;
     KeyTiles t;
-    if (!key_tiles<kBlockN>(p, seq, m0, int(min(std::int64_t(kBlockM), seq.q_len - m0)), &t)) continue;
+    if (!key_tiles<kBlockN>(p, seq, m0, int(min(std::int64_t(kBlockM), seq.q_len - m0)), &t)) return;
     const int batch = int(seq.batch);
     load_tile<kBlockM, kHeadDim>(&tp.q, s.q_barriers.acquire(q_at, Traits::kTileBytesQ), s.q,
                                  int(seq.q_begin + m0), work.h, batch);
@@ -47,7 +50,7 @@ __device__ void produce(const TmaFwdParams& tp, FwdSharedStorage<Traits>& s) {
                                    hk, batch);
       v_at.advance();
     }
-  }
+  });
 }
 
 }  // namespace memattn::cuda::sm90

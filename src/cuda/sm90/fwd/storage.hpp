@@ -1,5 +1,5 @@
-// The Hopper forward's shared memory: the Q tile, the K and V rings, the output tile, and their
-// barriers. Every tile starts at a 1024-byte boundary, the period of the 128-byte swizzle that TMA
+// The Hopper forward's shared memory: the Q tile, the K and V rings, the output tile, their
+// barriers, and the ring of work items. Every tile starts at a 1024-byte boundary, the period of the 128-byte swizzle that TMA
 // writes and wgmma reads.
 //
 // The output tile has its own space where the SM's 227 KB allow it (kSeparateOutput): then the Q
@@ -23,6 +23,9 @@ struct FwdTiles {
   RingBarriers<1> q_barriers;  // a ring of one: the next Q tile loads once this one is released
   RingBarriers<Traits::kStages> k_barriers;
   RingBarriers<Traits::kStages> v_barriers;
+  // The work items, from the producer (which draws them) to the consumers: two slots, so that the
+  // producer can hand on the next item while the consumers read this one's index.
+  IndexRing<2> items;
 };
 
 template <class Traits>
