@@ -1,7 +1,7 @@
 // The CUDA forward against the float64 reference on every feature case (DESIGN.md §3), plus the
 // sizes that stress indexing: batch x heads above 65535, and a sequence past 65536 keys with a
 // dense bias whose offsets pass 2^31 (a 2^31-element bias, 4.3 GB); which tensors the Hopper TMA
-// rows take. Skipped without a GPU.
+// rows take, and every work item their persistent grid draws. Skipped without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
