@@ -99,24 +99,27 @@ NaiveForward naive_forward(const tools::Workload& w) {
   NaiveForward r;
   r.out.assign(std::size_t(out.numel()), kNaN);
   r.lse.assign(std::size_t(out.sizes[0] * c.p.heads_q * out.sizes[1]), kNaN);
-  std::vector<float> prob;
-  for (std::int64_t b = 0; b < c.p.batch; ++b) {
+  // One (sequence, head) per task: each output element is computed as the serial loop would.
+  const std::int64_t pairs = c.p.batch * c.p.heads_q;
+#pragma omp parallel for schedule(dynamic)
+  for (std::int64_t pair = 0; pair < pairs; ++pair) {
+    const std::int64_t b = pair / c.p.heads_q, h = pair % c.p.heads_q;
     const detail::Sequence s = c.p.sequence(b);
-    for (std::int64_t h = 0; h < c.p.heads_q; ++h)
-      for (std::int64_t i = 0; i < s.q_len; ++i) {
-        float lse = -INFINITY;
-        std::int64_t first = 0, last = -1;
-        const bool any = c.probs(s, b, h, i, prob, &first, &last, &lse);
-        r.lse[std::size_t((s.batch * c.p.heads_q + h) * out.sizes[1] + s.q_begin + i)] = lse;
-        for (std::int64_t e = 0; e < c.p.head_dim_v; ++e) {
-          float acc = 0;
-          if (any)
-            for (std::int64_t j = first; j <= last; ++j)
-              acc += c.rnd(prob[j - first] * c.drop(b, h, i, j)) *
-                     c.at(tools::Tensor::v, s.batch, s.k_begin + j, h / c.p.group_size(), e);
-          r.out[std::size_t(idx4(out, s.batch, s.q_begin + i, h, e))] = c.rnd(acc);
-        }
+    std::vector<float> prob;
+    for (std::int64_t i = 0; i < s.q_len; ++i) {
+      float lse = -INFINITY;
+      std::int64_t first = 0, last = -1;
+      const bool any = c.probs(s, b, h, i, prob, &first, &last, &lse);
+      r.lse[std::size_t((s.batch * c.p.heads_q + h) * out.sizes[1] + s.q_begin + i)] = lse;
+      for (std::int64_t e = 0; e < c.p.head_dim_v; ++e) {
+        float acc = 0;
+        if (any)
+          for (std::int64_t j = first; j <= last; ++j)
+            acc += c.rnd(prob[j - first] * c.drop(b, h, i, j)) *
+                   c.at(tools::Tensor::v, s.batch, s.k_begin + j, h / c.p.group_size(), e);
+        r.out[std::size_t(idx4(out, s.batch, s.q_begin + i, h, e))] = c.rnd(acc);
       }
+    }
   }
   return r;
 }
@@ -141,13 +144,18 @@ NaiveBackward naive_backward(const tools::Workload& w) {
   r.dq.assign(std::size_t(qv.numel()), kNaN);
   r.dk.assign(dk.size(), kNaN);
   r.dv.assign(dv.size(), kNaN);
-  std::vector<float> prob, dp;
   const float scale = float(p.scale);
-  for (std::int64_t b = 0; b < p.batch; ++b) {
+  // One (sequence, kv head) per task, its query heads and rows in the serial order, so that every
+  // dK and dV element sums its terms as the serial loop would; with a dbias (summed over
+  // broadcast dimensions across tasks) the tasks run one after another, in the serial order.
+  const std::int64_t group = p.group_size(), kv_pairs = p.batch * p.heads_k;
+#pragma omp parallel for schedule(dynamic) if (dbias.empty())
+  for (std::int64_t pair = 0; pair < kv_pairs; ++pair) {
+    const std::int64_t b = pair / p.heads_k, hk = pair % p.heads_k;
     const detail::Sequence s = p.sequence(b);
     const std::int64_t k_rows = p.varlen ? p.seqstart_k[b + 1] - p.seqstart_k[b] : s.k_len;
-    for (std::int64_t h = 0; h < p.heads_q; ++h) {
-      const std::int64_t hk = h / p.group_size();
+    std::vector<float> prob, dp;
+    for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
       for (std::int64_t i = 0; i < s.q_len; ++i) {
         float lse;
         const std::int64_t m = s.q_begin + i;
@@ -188,17 +196,16 @@ NaiveBackward naive_backward(const tools::Workload& w) {
           r.dq[idx4(qv, s.batch, m, h, d)] = c.rnd(scale * c.rnd(dq_row[d]));
       }
     }
-    for (std::int64_t j = 0; j < k_rows; ++j)
-      for (std::int64_t hk = 0; hk < p.heads_k; ++hk) {
-        for (std::int64_t d = 0; d < p.head_dim; ++d) {
-          const std::int64_t e = idx4(kshape, s.batch, s.k_begin + j, hk, d);
-          r.dk[e] = c.rnd(scale * c.rnd(dk[e]));
-        }
-        for (std::int64_t d = 0; d < p.head_dim_v; ++d) {
-          const std::int64_t e = idx4(vshape, s.batch, s.k_begin + j, hk, d);
-          r.dv[e] = c.rnd(dv[e]);
-        }
+    for (std::int64_t j = 0; j < k_rows; ++j) {
+      for (std::int64_t d = 0; d < p.head_dim; ++d) {
+        const std::int64_t e = idx4(kshape, s.batch, s.k_begin + j, hk, d);
+        r.dk[e] = c.rnd(scale * c.rnd(dk[e]));
       }
+      for (std::int64_t d = 0; d < p.head_dim_v; ++d) {
+        const std::int64_t e = idx4(vshape, s.batch, s.k_begin + j, hk, d);
+        r.dv[e] = c.rnd(dv[e]);
+      }
+    }
   }
   for (float x : dbias) r.dbias.push_back(c.rnd(x));
   return r;
