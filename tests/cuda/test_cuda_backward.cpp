@@ -294,9 +294,8 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
 // The bf16 rows run top-left causal with 160 queries: the first key tile's items see every query
 // row, the second's the last 32 (one masked step per query head), the third's none (empty items,
 // drawn and done at once); the fp16 rows run bottom-right causal with 16 queries (one short step
-// per query head, masked on the last key tile). Short query lengths keep the single-threaded naive
-// check to seconds. Every warp-specialised row of
-// the build, forced, against the reference.
+// per query head, masked on the last key tile). Short query lengths keep the naive check short.
+// Every warp-specialised row of the build, forced, against the reference.
 TEST(CudaBackwardPersistent, EveryDrawnItemMatchesTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   int sms = 0, major = 0, minor = 0;
