@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device.hpp"
 #include "memattn/attention.hpp"
 #include "memattn/kernels.hpp"
 #include "support/cases.hpp"
@@ -203,12 +204,8 @@ TEST(CudaBackward, DropoutMaskMatchesTheMapping) {
 // for the wgmma row on an sm_90 GPU), and never with `deterministic`.
 TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  int device = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
   // A build of sm_90 SASS alone leaves out sm80's one-pass row where the wgmma row comes first.
-  const bool wgmma = major * 10 + minor == 90 && compiled("bwd_sm90_bf16_d128_m64n128w8_wgmma_fused_vec_plain");
+  const bool wgmma = current_gpu().arch == 90 && compiled("bwd_sm90_bf16_d128_m64n128w8_wgmma_fused_vec_plain");
   if (!(wgmma || compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain")) ||
       !compiled("bwd_sm80_bf16_d128_m64n64w4_vec_plain"))
     GTEST_SKIP() << "the build lacks the D = 128 rows";
@@ -248,8 +245,7 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
   if (!compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain") &&
       !compiled("bwd_sm90_bf16_d128_m64n128w8_wgmma_fused_vec_plain"))
     GTEST_SKIP() << "the build lacks the D = 128 one-pass rows";
-  int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int sms = current_gpu().sms;
   int ran = 0;
   struct Case {
     DType dtype;
@@ -298,11 +294,9 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
 // Every warp-specialised row of the build, forced, against the reference.
 TEST(CudaBackwardPersistent, EveryDrawnItemMatchesTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  int sms = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
-  if (major * 10 + minor != 90) GTEST_SKIP() << "the warp-specialised backward rows run on sm_90 only";
+  const GpuInfo gpu = current_gpu();
+  if (gpu.arch != 90) GTEST_SKIP() << "the warp-specialised backward rows run on sm_90 only";
+  const int sms = gpu.sms;
   constexpr std::int64_t kBatch = 2, kKeyTiles = 3, kSeqlenK = (kKeyTiles - 1) * 128 + 77;
   const std::int64_t heads_k = (3 * sms + kBatch * kKeyTiles - 1) / (kBatch * kKeyTiles);
   int ran = 0;

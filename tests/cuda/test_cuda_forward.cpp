@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device.hpp"
 #include "memattn/attention.hpp"
 #include "memattn/kernels.hpp"
 #include "support/cases.hpp"
@@ -163,11 +164,7 @@ TEST(CudaForwardSplitKeys, EveryPartCountMatchesReference) {
 // launch, saying why. Skipped where the build has no such row or the GPU is not an sm_90.
 TEST(CudaForwardHopper, TmaRowsTakeWhatTensorMapsDescribe) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  int device = 0, major = 0, minor = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (major * 10 + minor != 90) GTEST_SKIP() << "not an sm_90 GPU";
+  if (current_gpu().arch != 90) GTEST_SKIP() << "not an sm_90 GPU";
   const std::string row = "fwd_sm90_bf16_d128_m128n128w12_wgmma_tma_vec_plain";
   const std::vector<KernelInfo> rows = list_kernels();
   if (std::none_of(rows.begin(), rows.end(), [&](const KernelInfo& k) { return k.name == row; }))
@@ -207,11 +204,9 @@ TEST(CudaForwardHopper, TmaRowsTakeWhatTensorMapsDescribe) {
 // against the reference.
 TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  int sms = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), cudaSuccess);
-  if (major * 10 + minor != 90) GTEST_SKIP() << "not an sm_90 GPU";
+  const GpuInfo gpu = current_gpu();
+  if (gpu.arch != 90) GTEST_SKIP() << "not an sm_90 GPU";
+  const int sms = gpu.sms;
   constexpr std::int64_t kBatch = 2, kQueryTiles = 3;
   const std::int64_t heads = (3 * sms + kBatch * kQueryTiles - 1) / (kBatch * kQueryTiles);
   int ran = 0;
