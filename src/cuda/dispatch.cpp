@@ -134,7 +134,7 @@ Status plan_backward(const BackwardArgs& args, const detail::Problem& p, Backwar
   if (Status s = choose_backward(args, p, &plan->kernel); !s.ok()) return s;
   const BackwardKernel& k = *plan->kernel;
   plan->params = backward_params(args, p, k);
-  if (Status s = schedule_backward(k, p, args.overrides, &plan->params); !s.ok()) return s;
+  if (Status s = schedule_backward(k, p, args.overrides, args.deterministic, &plan->params); !s.ok()) return s;
   plan_backward_workspace(k, args, p, &plan->params, &plan->workspace);
   return Status::Ok();
 }

@@ -22,9 +22,10 @@ namespace memattn::cuda {
 Status schedule_forward(const ForwardKernel& k, const detail::Problem& p, const KernelOverrides& overrides,
                         FwdParams* f);
 
-// Fills b's work groups (query and key tiles), the last-wave split and work items, and (the
-// tensor-core global-accumulator rows) the grid CTAs; b's tile counts are set.
+// Fills b's work groups (query and key tiles; on a deterministic TMA row, groups that stagger a
+// pair's key tiles), the last-wave split and work items, and (the tensor-core global-accumulator and TMA rows) the grid
+// CTAs; b's tile counts are set.
 Status schedule_backward(const BackwardKernel& k, const detail::Problem& p, const KernelOverrides& overrides,
-                         BwdParams* b);
+                         bool deterministic, BwdParams* b);
 
 }  // namespace memattn::cuda

@@ -199,7 +199,9 @@ bool fits(const Row& k, const Need& n, std::string* why) {
       return std::string("bias tile writes a dbias without broadcast dimensions from the tile: needs it 16-bit, with "
                          "unit key stride and 16-byte aligned rows and pointer");
     });
-  if (n.deterministic && k.atomics) return no([] { return std::string("uses atomics (not deterministic)"); });
+  // The Hopper backward orders its dQ reductions when asked (sm90/bwd/dq_writer.hpp); the other
+  // rows with atomics cannot.
+  if (n.deterministic && k.atomics && !k.tma) return no([] { return std::string("uses atomics (not deterministic)"); });
   // A TMA box stops only at the tensor's end: in a packed batch a sequence's last key tile would
   // bring in the rows after its keys (past seqused_k, or the next sequence's), and 0 x V is NaN
   // where they hold NaN or inf, while such keys must be seen by nothing.

@@ -134,7 +134,16 @@ void plan_backward_workspace(const BackwardKernel& k, const BackwardArgs& a, con
         w->split[0] = reserve(tiles * sizeof(int));
         w->split[1] = reserve(tiles * std::size_t(b->kv_split_parts - 1) * slot * sizeof(float));
       }
-      if (k.tma) w->items_drawn = reserve(sizeof(unsigned long long));
+      if (k.tma) {
+        // The counter, then (deterministic) the dQ order counts right after it: one memset.
+        std::size_t n = sizeof(unsigned long long);
+        if (a.deterministic) {
+          b->dq_order_tile = k.block_m;
+          b->dq_order_tiles = (p.seqlen_q + k.block_m - 1) / k.block_m;
+          n += std::size_t(p.batch) * std::size_t(p.heads_q) * std::size_t(b->dq_order_tiles) * sizeof(int);
+        }
+        w->items_drawn = reserve(n);
+      }
       break;
     }
     case GradientStore::cta_slots: {
@@ -169,7 +178,10 @@ void bind_backward_workspace(const BackwardKernel& k, const BackwardWorkspace& w
         b->kv_split_arrivals = reinterpret_cast<int*>(base + w.split[0]);
         b->kv_split_sums = at(w.split[1]);
       }
-      if (w.items_drawn) b->kv_items_drawn = reinterpret_cast<unsigned long long*>(base + w.items_drawn);
+      if (w.items_drawn) {
+        b->kv_items_drawn = reinterpret_cast<unsigned long long*>(base + w.items_drawn);
+        if (b->dq_order_tiles > 0) b->dq_order = reinterpret_cast<int*>(b->kv_items_drawn + 1);
+      }
       break;
     case GradientStore::cta_slots:
       b->dkdv_slots = at(w.slots[0]);

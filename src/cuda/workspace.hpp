@@ -55,7 +55,8 @@ struct BackwardWorkspace {
   std::size_t grad_accum[3] = {};  // dQ (dq_accum and grad_accums), dK, dV (grad_accums)
   std::size_t slots[2] = {};       // dK/dV and dQ slots (cta_slots)
   std::size_t split[2] = {};       // the split tiles' arrival counts and partial sums (dq_accum)
-  std::size_t items_drawn = 0;     // the Hopper backward's count of drawn work items (0: none)
+  std::size_t items_drawn = 0;     // the Hopper backward's count of drawn work items (0: none), and
+                                   // the dQ order counts after it when deterministic
 };
 
 // Lays the backward's workspace out for row k, after the schedule (b's grid CTAs and last-wave

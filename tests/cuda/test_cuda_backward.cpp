@@ -334,6 +334,38 @@ TEST(CudaBackwardDeterminism, TwentyRunsAreBitIdentical) {
   check_backward_bit_identical(s, 20, /*skip_unsupported=*/!has_catch_all_backward(s.dtype));
 }
 
+// `deterministic` on the Hopper rows (sm90/bwd/dq_writer.hpp): the key tiles add into each query
+// tile's dQ in tile order, each waiting for the one before. 256 work items (more than the SMs, so
+// that neighbouring key tiles run side by side and wait), GQA. The bf16 rows without a mask (every
+// key tile adds into every query tile: the longest chains), the fp16 rows bottom-right causal with
+// fewer queries than keys (steps that start mid-tile, moved to the query tile's start). Every
+// warp-specialised row of the build, forced.
+TEST(CudaBackwardDeterminism, HopperRowsAddDqInKeyTileOrder) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (current_gpu().arch != 90) GTEST_SKIP() << "the warp-specialised backward rows run on sm_90 only";
+  int ran = 0;
+  for (const KernelInfo& k : list_kernels()) {
+    const std::string& row = k.name;
+    if (row.compare(0, 9, "bwd_sm90_") != 0 || row.find("_tma_") == std::string::npos) continue;
+    const int head_dim = row.find("_d64_") != std::string::npos ? 64 : 128;
+    const bool bf16 = row.find("_bf16_") != std::string::npos;
+    tools::ProblemSpec s = problem_shape(2, bf16 ? 1000 : 777, 1000, 32, 16, head_dim, head_dim);
+    s.dtype = bf16 ? DType::bf16 : DType::f16;
+    if (!bf16) s.mask = Mask::causal(Alignment::bottom_right);
+    s.deterministic = true;
+    s.backend = Backend::cuda;
+    s.backward_overrides.kernel = row;
+    if (const std::string why = forced_row_refusal(s); !why.empty()) {
+      ADD_FAILURE() << row << ": " << why;
+      continue;
+    }
+    SCOPED_TRACE(row);
+    check_backward_bit_identical(s, 20);
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "the build has no warp-specialised backward row";
+}
+
 // The same with a bias shared by the batch and the heads ([1, 1, Mq, Mk]): dbias is summed over
 // them in a fixed order.
 TEST(CudaBackwardDeterminism, BroadcastDbiasIsBitIdentical) {

@@ -143,8 +143,9 @@ TEST_P(CudaRows, DropoutMaskMatchesTheMapping) {
 }
 
 // Every backward row that takes `deterministic` (no atomics) gives bit-identical gradients over 20
-// runs, each starting from poisoned outputs. A row whose plan refuses deterministic mode because
-// it adds dQ with atomics (the one-pass rows) is skipped with the dispatcher's reason; any other
+// runs, each starting from poisoned outputs (the Hopper rows add dQ in key-tile order then). A row
+// whose plan refuses deterministic mode because it adds dQ with atomics (the other one-pass rows)
+// is skipped with the dispatcher's reason; any other
 // refusal fails, so that a planning error cannot pass every row as a skip.
 TEST_P(CudaRows, DeterministicIsBitIdentical) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

@@ -321,7 +321,7 @@ void add_problem_flags(CLI::App* app, ProblemFlags* f) {
                   "per product); auto: tf32x3, but ieee for a forward whose LSE an FMA backward would take (bias, "
                   "dropout, D > 256)")
       ->check(CLI::IsMember({"auto", "ieee", "tf32x3"}));
-  app->add_flag("--deterministic", f->deterministic, "Bit-reproducible backward (no atomics)");
+  app->add_flag("--deterministic", f->deterministic, "Bit-reproducible backward (dQ added in a fixed order or without atomics)");
   // The dispatcher's overrides (Options::overrides), for A/B comparisons and debugging.
   app->add_option("--kernel", f->kernels,
                   "CUDA only: force a kernel-table row (`memattn kernels` lists them), the only one its pass may "

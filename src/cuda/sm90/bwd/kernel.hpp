@@ -2,8 +2,10 @@
 // persistent, warp-specialised one-pass backward. One CTA per SM draws work items (key tiles) as
 // it finishes one (tile_scheduler.hpp), so that the next item's Q and dO load during the last
 // one's final steps and no CTA is launched per item. Two producer warps load K and V, and Q, dO
-// (TMA) and the row statistics (producer.hpp); the consumer warpgroups compute dK and dV and add
-// dQ to the fp32 workspace by bulk reductions (mainloop.hpp), then write dK and dV (epilogue.hpp).
+// (TMA) and the row statistics (producer.hpp); the consumer warpgroups compute dK, dV and each
+// step's dQ, which leaves by bulk reductions into the fp32 workspace (mainloop.hpp, dq_out.hpp;
+// `deterministic`: by a third producer warp, in key-tile order, dq_writer.hpp), then write dK and
+// dV (epilogue.hpp).
 // Registers move from the producer warpgroup to the consumers (setmaxnreg; it needs the register
 // cap of __launch_bounds__(threads, 1)).
 #pragma once
@@ -11,6 +13,7 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 
+#include "cuda/sm90/bwd/dq_writer.hpp"
 #include "cuda/sm90/bwd/mainloop.hpp"
 #include "cuda/sm90/bwd/params.hpp"
 #include "cuda/sm90/bwd/producer.hpp"
@@ -19,7 +22,7 @@
 
 namespace memattn::cuda::sm90 {
 
-template <class Traits>
+template <class Traits, DqAdds kAdds>
 __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __grid_constant__ TmaBwdParams tp) {
   extern __shared__ __align__(1024) char smem[];
   auto& s = *reinterpret_cast<BwdSharedStorage<Traits>*>(smem);
@@ -27,17 +30,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
     s.kv_barriers.init(Traits::kConsumerThreads);
     // The TMA lane's arrival with the bytes, and every producer lane's after its statistics.
     s.q_barriers.init(Traits::kConsumerThreads, 1 + Traits::kProducerThreads);
-    s.items.barriers.init(Traits::kConsumerThreads + 1);  // read by the consumers and the K and V thread
+    // Read by the consumers and the K and V thread (and the dQ writer: deterministic).
+    s.items.barriers.init(Traits::kConsumerThreads + (kAdds == DqAdds::key_tile_order ? 2 : 1));
+    if constexpr (kAdds == DqAdds::key_tile_order) s.dq_handoff.init(Traits::kConsumerThreads);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
   if (threadIdx.x < Traits::kWarpgroupThreads) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    if (threadIdx.x < Traits::kProducerThreads) produce_queries<Traits>(tp, s, int(threadIdx.x));
-    else if (threadIdx.x == Traits::kProducerThreads) produce_keys<Traits>(tp, s);
+    if (threadIdx.x < Traits::kProducerThreads) produce_queries<Traits, kAdds>(tp, s, int(threadIdx.x));
+    else if (threadIdx.x == Traits::kProducerThreads) produce_keys<Traits, kAdds>(tp, s);
+    else if (kAdds == DqAdds::key_tile_order && threadIdx.x == 2 * Traits::kProducerThreads)
+      write_dq_in_order<Traits>(tp.p, s);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    consume<Traits>(tp.p, s, int(threadIdx.x) - Traits::kWarpgroupThreads);
+    consume<Traits, kAdds>(tp.p, s, int(threadIdx.x) - Traits::kWarpgroupThreads);
   }
 }
 

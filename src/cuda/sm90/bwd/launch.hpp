@@ -50,18 +50,24 @@ Status launch_backward(const BwdParams& params, cudaStream_t stream) {
   if (Status s = backward_tensor_maps<Traits>(p, &tp); !s.ok()) return s;
   return launch_backward_dq_atomics<typename Traits::Element>(p, stream, [&] {
     if (Status s = clear_split_counts(p, stream); !s.ok()) return s;
-    if (Status s = cuda_status(cudaMemsetAsync(p.kv_items_drawn, 0, sizeof(*p.kv_items_drawn), stream),
-                               "work items' counter");
+    const std::size_t order_bytes =
+        p.dq_order != nullptr ? std::size_t(p.batch) * std::size_t(p.heads_q) * std::size_t(p.dq_order_tiles) * sizeof(int)
+                              : 0;
+    if (Status s = cuda_status(cudaMemsetAsync(p.kv_items_drawn, 0, sizeof(*p.kv_items_drawn) + order_bytes, stream),
+                               "work items' counter and dQ order counts");
         !s.ok())
       return s;
-    return launch_grid(backward_kernel<Traits>, Traits::kThreads, kBwdSmemBytes<Traits>, p.kv_work_items,
+    // deterministic: the kernel that adds dQ in key-tile order (dq_writer.hpp)
+    const auto kernel = p.dq_order != nullptr ? backward_kernel<Traits, DqAdds::key_tile_order>
+                                              : backward_kernel<Traits, DqAdds::any_order>;
+    return launch_grid(kernel, Traits::kThreads, kBwdSmemBytes<Traits>, p.kv_work_items,
                        p.kv_grid_ctas, tp, stream);
   });
 }
 
 template <class Traits, unsigned kFeatures>
 Status backward_resources(KernelResources* r) {
-  return resources(backward_kernel<Traits>, Traits::kThreads, kBwdSmemBytes<Traits>, r);
+  return resources(backward_kernel<Traits, DqAdds::any_order>, Traits::kThreads, kBwdSmemBytes<Traits>, r);
 }
 
 }  // namespace memattn::cuda::sm90

@@ -3,9 +3,9 @@
 //   S^T = K Q^T, then dP^T = V dO^T with P's exponentials issued beside it (exp_scores_part);
 //   P^T and dS^T elementwise (gradient_tile, key rows); dS^T stored for the dQ GEMM;
 //   dV += P^T dO issued with P^T from registers;
-//   one barrier of the consumer threads (every warpgroup's dS^T in), the previous step's dQ issued
-//   as one bulk reduction, then dQ = dS K and dK += dS^T Q (dS^T from registers) queued behind
-//   dV; dQ staged once it completes, while dK runs; the ring buffer released after dK.
+//   one barrier of the consumer threads (every warpgroup's dS^T in), the previous step's dQ on its
+//   way to the workspace (dq_out.hpp), then dQ = dS K and dK += dS^T Q (dS^T from registers)
+//   queued behind dV; dQ staged once it completes, while dK runs; the ring buffer released after dK.
 // A step starts on the ring's barrier instead of a CTA barrier after copies every warp issued
 // (the one-pass rows), and the loads run up to kStages steps ahead. The tensor cores take dV while
 // the warps wait at the barrier, and dK while they stage dQ: against dV and dK both issued before
@@ -13,8 +13,7 @@
 // TFLOP/s, causal 470 -> 500; S = 2048 430 -> 449); FlashAttention-3's order too.
 // The dS^T tile and the dQ stage alternate between two buffers, so that one barrier per step
 // orders them: a warpgroup may write the next step's dS^T while the other still reads this one's
-// in its dQ GEMM, and the dQ stage is rewritten two steps after its reduction was issued (its
-// first thread waits for the reduction's reads before the barrier).
+// in its dQ GEMM, and the dQ stage is rewritten once its last reduction has read it (dq_out.hpp).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -25,7 +24,7 @@
 #include "cuda/common/bwd_common.hpp"
 #include "cuda/common/fragments.hpp"
 #include "cuda/common/one_pass_bwd_dq_flush.hpp"
-#include "cuda/sm90/bulk_reduce.hpp"
+#include "cuda/sm90/bwd/dq_out.hpp"
 #include "cuda/sm90/bwd/epilogue.hpp"
 #include "cuda/sm90/bwd/storage.hpp"
 #include "cuda/sm90/bwd/tile_scheduler.hpp"
@@ -35,25 +34,8 @@ namespace memattn::cuda::sm90 {
 
 using namespace cute;
 
-// A staged dQ tile on its way to the workspace: one bulk reduction where the workspace's rows are
-// the tile's width (its tile is one block, laid out as the stage), else one per row.
-struct StagedDq {
-  float* dst = nullptr;
-  int rows = 0;  // 0: nothing staged
-  int buf = 0;
-  template <int kHeadDim>
-  __device__ __forceinline__ void issue(const float* stage, std::int64_t ld) const {
-    if (rows == 0) return;
-    if (ld == kHeadDim) {
-      bulk_reduce_add(dst, stage, rows * kHeadDim * int(sizeof(float)));
-    } else {
-      for (int r = 0; r < rows; ++r) bulk_reduce_add(dst + r * ld, stage + r * kHeadDim, int(ld * sizeof(float)));
-    }
-  }
-};
-
 // ctid: the thread's index among the consumer threads.
-template <class Traits>
+template <class Traits, DqAdds kAdds>
 __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int ctid) {
   using Element = typename Traits::Element;
   using Gemms = typename Traits::Gemms;
@@ -71,16 +53,21 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
   auto ds_store = make_tiled_copy_C(typename Traits::Tiles::RegToSmemAtom{}, mma_sdp);
   RingPosition<1> kv_at;
   RingPosition<Traits::kStages> q_at;
+  DqToWriter to_writer;  // deterministic only
 
-  for_each_handed_item<kBlockM, kBlockN>(p, s.items, [&](const BwdWorkItem<kBlockM>& w) {
+  for_each_handed_item<kBlockM, kBlockN, kAdds>(p, s.items, [&](const BwdWorkItem<kBlockM>& w) {
     const SequenceInfo& seq = w.seq;
     const KeyTileSteps<kBlockM>& t = w.steps;
     const detail::MaskRule rule = mask_rule(p, seq);
+    DqFromConsumers from_consumers;
+    auto& dq_out = [&]() -> auto& {
+      if constexpr (kAdds == DqAdds::key_tile_order) return to_writer;
+      else return from_consumers;
+    }();
     Tensor acc_dk = partition_fragment_C(mma_dkv, tile_kv);
     Tensor acc_dv = partition_fragment_C(mma_dkv, tile_kv);
     clear(acc_dk);
     clear(acc_dv);
-    StagedDq staged;
     // The steps whose rows see all the tile's keys need no mask: two bounds, so that the rule and
     // the sequence's lengths are read only on the masked steps (registers across the steps).
     std::int64_t visible_begin = 0, visible_end = 0;
@@ -125,9 +112,9 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
       publish_smem_writes();
       // dV in flight while the warpgroups meet; then dQ and dK, and dQ staged while dK runs.
       Gemms::issue_key_grad_from_registers(mma_dkv, p_frag, sdOt, acc_dv, tid);
-      if (tid == 0) wait_bulk_reads();   // the reduction issued a step ago has read this step's stage
-      consumers_sync<Traits>();          // every warpgroup's dS^T is in; the last step's dQ is staged
-      if (tid == 0) staged.template issue<kHeadDim>(s.dq[staged.buf], p.dq_accum.ld);
+      dq_out.before_barrier(s.dq_handoff, tid);
+      consumers_sync<Traits>();  // every warpgroup's dS^T is in; the last step's dQ is staged
+      dq_out.template issue<kHeadDim>(s.dq, p.dq_accum.ld, tid);
       Tensor acc_dq = partition_fragment_C(mma_dq, tile_dq);
       clear(acc_dq);
       gmma_issue(mma_dq, sdS, sKt, acc_dq, tid);
@@ -135,23 +122,24 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
       warpgroup_wait<1>();  // dV and dQ
       warpgroup_fence_operand(acc_dq);
       const bool swizzled = p.dq_accum.ld == kHeadDim;  // the launch's condition for GradAccum::swizzled
-      stage_fragment(acc_dq, coord_dq, s.dq[buf], kHeadDim, 0,
+      stage_fragment(acc_dq, coord_dq, s.dq[dq_out.stage(step)], kHeadDim, 0,
                      stage_swizzle(coord_dq, int((seq.q_begin + at.m0) & 7), swizzled));
       publish_smem_writes();
+      dq_out.staged(s.dq_handoff);
       warpgroup_wait<0>();  // dK
       Gemms::key_grads_done(p_frag, acc_dv, ds_frag, acc_dk);
       s.q_barriers.release(q_at);  // Q, dO and the statistics read
       q_at.advance();
-      staged = {accum_row(p.dq_accum, seq.batch, seq.q_begin + at.m0, at.h), rows, buf};
+      dq_out.step_done(accum_row(p.dq_accum, seq.batch, seq.q_begin + at.m0, at.h), rows, step);
     }
     consumers_sync<Traits>();  // the last step's dQ is staged; every wgmma read of K and V is done
-    if (ctid == 0) staged.template issue<kHeadDim>(s.dq[staged.buf], p.dq_accum.ld);
+    dq_out.template item_done<kHeadDim>(s.dq, p.dq_accum.ld, ctid);
     write_key_grads<Traits>(p, s, w, acc_dk, acc_dv, ctid);
     publish_smem_writes();  // the next K and V arrive by TMA over the tiles these threads wrote
     s.kv_barriers.release(kv_at);
     kv_at.advance();
   });
-  if (ctid == 0) wait_bulk_reads();  // the stage stays valid until the last reduction has read it
+  if (kAdds == DqAdds::any_order && ctid == 0) wait_bulk_reads();  // the stage stays valid until read
 }
 
 }  // namespace memattn::cuda::sm90

@@ -20,14 +20,14 @@ namespace memattn::cuda::sm90 {
 
 // K and V, by one thread of the producer warpgroup's second warp: each item's tiles once the
 // consumers have released the last item's (after its dK and dV stores).
-template <class Traits>
+template <class Traits, DqAdds kAdds>
 __device__ void produce_keys(const TmaBwdParams& tp, BwdSharedStorage<Traits>& s) {
   const BwdParams& p = tp.p;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   cute::prefetch_tma_descriptor(&tp.k);
   cute::prefetch_tma_descriptor(&tp.v);
   RingPosition<1> kv_at;
-  for_each_handed_item<kBlockM, kBlockN>(p, s.items, [&](const BwdWorkItem<kBlockM>& w) {
+  for_each_handed_item<kBlockM, kBlockN, kAdds>(p, s.items, [&](const BwdWorkItem<kBlockM>& w) {
     std::uint64_t* full = s.kv_barriers.acquire(kv_at, 2 * Traits::kTileBytesKV);
     const int row = int(w.seq.k_begin + w.steps.n0);
     load_tile<kBlockN, kHeadDim>(&tp.k, full, s.k, row, w.tile.hk, int(w.seq.batch));
@@ -38,7 +38,7 @@ __device__ void produce_keys(const TmaBwdParams& tp, BwdSharedStorage<Traits>& s
 
 // Each step's Q, dO (TMA, by the first lane) and row statistics (all lanes), by the producer
 // warpgroup's first warp; `lane` is the thread's lane.
-template <class Traits>
+template <class Traits, DqAdds kAdds>
 __device__ void produce_queries(const TmaBwdParams& tp, BwdSharedStorage<Traits>& s, int lane) {
   const BwdParams& p = tp.p;
   using Element = typename Traits::Element;
@@ -48,7 +48,7 @@ __device__ void produce_queries(const TmaBwdParams& tp, BwdSharedStorage<Traits>
     cute::prefetch_tma_descriptor(&tp.dout);
   }
   RingPosition<Traits::kStages> q_at;
-  for_each_drawn_item<kBlockM, kBlockN>(p, s.items, lane, [&](const BwdWorkItem<kBlockM>& w) {
+  for_each_drawn_item<kBlockM, kBlockN, kAdds>(p, s.items, lane, [&](const BwdWorkItem<kBlockM>& w) {
     const SequenceInfo& seq = w.seq;
     const KeyTileSteps<kBlockM>& t = w.steps;
     StepPos at = t.start();

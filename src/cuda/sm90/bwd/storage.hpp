@@ -1,11 +1,11 @@
 // The Hopper backward's shared memory: K and V (one work item's), the ring of Q, dO and row
-// statistics, two dS^T tiles and two dQ stages (a step writes one while the other is still read:
-// by the previous step's dQ GEMM, and by its bulk reduction), the work items' ring, and the
-// barriers. Every tile starts at a 1024-byte boundary, the period of the 128-byte swizzle that TMA
-// writes and wgmma reads.
+// statistics, two dS^T tiles (a step writes one while the other is still read by the previous
+// step's dQ GEMM), two dQ stages (dq_out.hpp), the work items' ring, and the barriers. Every
+// tile starts at a 1024-byte boundary, the period of the 128-byte swizzle that TMA writes and
+// wgmma reads.
 #pragma once
 
-
+#include "cuda/sm90/bwd/dq_out.hpp"
 #include "cuda/sm90/pipeline.hpp"
 
 namespace memattn::cuda::sm90 {
@@ -29,6 +29,7 @@ struct BwdSharedStorage {
   // consumers: one slot more than the Q ring has stages (the drawer runs up to kStages steps
   // ahead of the consumers).
   IndexRing<kStages + 1> items;
+  DqHandoff dq_handoff;  // deterministic: the dQ stages' barriers with the dQ writer
 };
 
 }  // namespace memattn::cuda::sm90

@@ -13,6 +13,7 @@
 #include "cuda/common/bwd_params.hpp"
 #include "cuda/common/one_pass_bwd_tail_split.hpp"
 #include "cuda/common/tile_scheduler.hpp"
+#include "cuda/sm90/bwd/dq_out.hpp"
 #include "cuda/sm90/pipeline.hpp"
 
 namespace memattn::cuda::sm90 {
@@ -53,7 +54,7 @@ struct BwdWorkItem {
 
 // Work item `index` decoded into w; false where its tile lies past the keys (nothing to do,
 // nothing loaded).
-template <int kBlockM, int kBlockN>
+template <int kBlockM, int kBlockN, DqAdds kAdds>
 __device__ __forceinline__ bool decode_work_item(const BwdParams& p, std::int64_t index, BwdWorkItem<kBlockM>* item) {
   BwdWorkItem<kBlockM>& w = *item;
   w.part = kv_tile_part(p, index);
@@ -65,6 +66,7 @@ __device__ __forceinline__ bool decode_work_item(const BwdParams& p, std::int64_
   t.keys = int(min(std::int64_t(kBlockN), w.seq.k_len - t.n0));
   std::int64_t query_end = 0;
   mask_rule(p, w.seq).query_range(t.n0, t.n0 + t.keys, w.seq.q_len, &t.query_begin, &query_end);
+  if constexpr (kAdds == DqAdds::key_tile_order) t.query_begin = t.query_begin / kBlockM * kBlockM;  // dq_writer.hpp
   t.q_tiles = query_end > t.query_begin ? int((query_end - t.query_begin + kBlockM - 1) / kBlockM) : 0;
   t.tiles_end = t.query_begin + std::int64_t(t.q_tiles) * kBlockM;
   t.first_head = w.tile.hk * p.group;
@@ -79,23 +81,23 @@ __device__ __forceinline__ bool decode_work_item(const BwdParams& p, std::int64_
 // issued. The items go out in the work order (the heaviest key tiles first under a causal mask),
 // each to the CTA that asks first, so that uneven items do not leave CTAs idle at the end (a fixed
 // grid stride had lost 10-15% on the causal rows to its uneven last wave, H100). `lane`: the warp's.
-template <int kBlockM, int kBlockN, int kSlots, class Body>
+template <int kBlockM, int kBlockN, DqAdds kAdds, int kSlots, class Body>
 __device__ __forceinline__ void for_each_drawn_item(const BwdParams& p, IndexRing<kSlots>& ring, int lane,
                                                     const Body& body) {
   const auto share = [](std::int64_t drawn) { return __shfl_sync(0xffffffffu, drawn, 0); };
   for_each_drawn_index(p.kv_items_drawn, p.kv_work_items, ring, lane == 0, share, [&](std::int64_t index) {
     BwdWorkItem<kBlockM> w;
-    if (decode_work_item<kBlockM, kBlockN>(p, index, &w)) body(static_cast<const BwdWorkItem<kBlockM>&>(w));
+    if (decode_work_item<kBlockM, kBlockN, kAdds>(p, index, &w)) body(static_cast<const BwdWorkItem<kBlockM>&>(w));
   });
 }
 
 // body(item) for each item the drawer hands this CTA, in order (the K and V producer, the
-// consumer warpgroups); every thread reads each index.
-template <int kBlockM, int kBlockN, int kSlots, class Body>
+// consumer warpgroups, the dQ writer); every thread reads each index.
+template <int kBlockM, int kBlockN, DqAdds kAdds, int kSlots, class Body>
 __device__ __forceinline__ void for_each_handed_item(const BwdParams& p, IndexRing<kSlots>& ring, const Body& body) {
   for_each_handed_index(p.kv_work_items, ring, [&](std::int64_t index) {
     BwdWorkItem<kBlockM> w;
-    if (decode_work_item<kBlockM, kBlockN>(p, index, &w)) body(static_cast<const BwdWorkItem<kBlockM>&>(w));
+    if (decode_work_item<kBlockM, kBlockN, kAdds>(p, index, &w)) body(static_cast<const BwdWorkItem<kBlockM>&>(w));
   });
 }
 
