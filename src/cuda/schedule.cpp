@@ -109,22 +109,22 @@ Status choose_key_splits(const ForwardKernel& k, const detail::Problem& p, const
 }
 
 // Deterministic on the Hopper backward (sm90/bwd/dq_writer.hpp): key tile n adds into each query
-// tile after tile n - 1's reduction there has landed, so tile n must start about a step after
-// tile n - 1, and under a causal-type mask a further kBlockN / kBlockM steps, by which tile n's
-// first query tile follows tile n - 1's. The work order gives it that lead: rank by rank across a
-// group of pairs, tile n of a pair is drawn a group's worth of items after tile n - 1, that is
-// group * item_steps / resident steps later while `resident` CTAs each finish an item of
-// item_steps steps. The groups give that lead, and twice it under a mask (its last tiles are
-// light and drawn in quick succession). H200, bf16, against the default's speed: 0.95-0.98x
-// unmasked, causal D = 64 0.89-0.92x, D = 128 0.82-0.88x (S = 2048 to 16384). Causal groups half
-// as large again lost at S = 2048 (D = 128 0.72x: the rows a group rereads outgrow L2); one pair
-// after another, whose tiles start together and then wait on each other, ran at 0.02-0.5x.
+// tile after tile n - 1's reduction there has landed, and both walk their query tiles downwards
+// from the last (tile_scheduler.hpp), so tile n must start a little after tile n - 1. The work
+// order gives it that lead: rank by rank across a group of pairs, tile n of a pair is drawn a
+// group's worth of items after tile n - 1, that is group * item_steps / resident steps later
+// while `resident` CTAs each finish an item of item_steps steps. Groups for a step of lead, two
+// under a mask (its light last tiles are drawn in quick succession). H200, bf16, against the
+// default's speed: 0.96-1.00x unmasked, causal 0.92-0.96x (S = 2048 to 16384; a lead of 3 the
+// same, 6 lost 3-7% at S = 2048 as the rows a group rereads outgrow L2). One group of every pair
+// left every read to memory (0.66-0.72x); one pair after another, whose tiles start together
+// and then wait on each other, ran at 0.02-0.5x.
 std::int64_t deterministic_work_groups(const BackwardKernel& k, const detail::Problem& p, std::int64_t resident) {
   const std::int64_t pairs = p.batch * p.heads_k;
   const std::int64_t q_tiles = (p.seqlen_q + k.block_m - 1) / k.block_m;
   const bool masked = p.window_right != kUnbounded || p.window_left != kUnbounded;
   const std::int64_t item_steps = std::max<std::int64_t>(1, q_tiles * p.group_size() / (masked ? 2 : 1));
-  const std::int64_t lead = masked ? 2 * (1 + std::max<std::int64_t>(1, k.block_n / k.block_m)) : 1;
+  const std::int64_t lead = masked ? 2 : 1;
   const std::int64_t group = std::max<std::int64_t>(1, (lead * resident + item_steps - 1) / item_steps);
   return std::max<std::int64_t>(1, pairs / group);
 }

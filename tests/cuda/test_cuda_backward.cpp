@@ -335,11 +335,13 @@ TEST(CudaBackwardDeterminism, TwentyRunsAreBitIdentical) {
 }
 
 // `deterministic` on the Hopper rows (sm90/bwd/dq_writer.hpp): the key tiles add into each query
-// tile's dQ in tile order, each waiting for the one before. 256 work items (more than the SMs, so
-// that neighbouring key tiles run side by side and wait), GQA. The bf16 rows without a mask (every
-// key tile adds into every query tile: the longest chains), the fp16 rows bottom-right causal with
-// fewer queries than keys (steps that start mid-tile, moved to the query tile's start). Every
-// warp-specialised row of the build, forced.
+// tile's dQ in tile order, each waiting for the one before, walking the query tiles downwards.
+// 256 work items (more than the SMs, so that neighbouring key tiles run side by side and wait),
+// GQA. Every warp-specialised row of the build, forced, under each mask shape: none (every key
+// tile adds into every query tile: the longest chains), bottom-right causal with fewer queries
+// than keys (steps that start mid-tile, moved to the query tile's start), top-left causal with
+// more queries than keys, and a window bounded on both sides (each key tile's query tiles start
+// and end later than the previous tile's).
 TEST(CudaBackwardDeterminism, HopperRowsAddDqInKeyTileOrder) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (current_gpu().arch != 90) GTEST_SKIP() << "the warp-specialised backward rows run on sm_90 only";
@@ -349,19 +351,26 @@ TEST(CudaBackwardDeterminism, HopperRowsAddDqInKeyTileOrder) {
     if (row.compare(0, 9, "bwd_sm90_") != 0 || row.find("_tma_") == std::string::npos) continue;
     const int head_dim = row.find("_d64_") != std::string::npos ? 64 : 128;
     const bool bf16 = row.find("_bf16_") != std::string::npos;
-    tools::ProblemSpec s = problem_shape(2, bf16 ? 1000 : 777, 1000, 32, 16, head_dim, head_dim);
-    s.dtype = bf16 ? DType::bf16 : DType::f16;
-    if (!bf16) s.mask = Mask::causal(Alignment::bottom_right);
-    s.deterministic = true;
-    s.backend = Backend::cuda;
-    s.backward_overrides.kernel = row;
-    if (const std::string why = forced_row_refusal(s); !why.empty()) {
-      ADD_FAILURE() << row << ": " << why;
-      continue;
+    struct Case {
+      std::int64_t queries;
+      Mask mask;
+    };
+    for (const Case& c : {Case{1000, Mask::none()}, Case{777, Mask::causal(Alignment::bottom_right)},
+                          Case{1100, Mask::causal()}, Case{1000, Mask::window(300, 200)}}) {
+      tools::ProblemSpec s = problem_shape(2, c.queries, 1000, 32, 16, head_dim, head_dim);
+      s.dtype = bf16 ? DType::bf16 : DType::f16;
+      s.mask = c.mask;
+      s.deterministic = true;
+      s.backend = Backend::cuda;
+      s.backward_overrides.kernel = row;
+      if (const std::string why = forced_row_refusal(s); !why.empty()) {
+        ADD_FAILURE() << row << ": " << why;
+        continue;
+      }
+      SCOPED_TRACE(row);
+      check_backward_bit_identical(s, 20);
+      ++ran;
     }
-    SCOPED_TRACE(row);
-    check_backward_bit_identical(s, 20);
-    ++ran;
   }
   if (ran == 0) GTEST_SKIP() << "the build has no warp-specialised backward row";
 }

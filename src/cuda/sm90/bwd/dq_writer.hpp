@@ -72,8 +72,9 @@ __device__ void write_dq_in_order(const BwdParams& p, BwdSharedStorage<Traits>& 
   RingPosition<kDqStages> at;
   for_each_handed_item<kBlockM, kBlockN, DqAdds::key_tile_order>(p, s.items, [&](const BwdWorkItem<kBlockM>& w) {
     const DqTurn<kBlockM, kBlockN> turn(mask_rule(p, w.seq), w.seq, w.tile.n_block);
-    StepPos step_at = w.steps.start();
-    for (int step = 0; step < w.steps.count; ++step, step_at = w.steps.after(step_at)) {
+    constexpr DqAdds kOrder = DqAdds::key_tile_order;
+    StepPos step_at = w.steps.template start<kOrder>();
+    for (int step = 0; step < w.steps.count; ++step, step_at = w.steps.template after<kOrder>(step_at)) {
       s.dq_handoff.barriers.wait(at);
       turn.template add<kHeadDim>(p, w.seq, step_at.h, step_at.m0, s.dq[at.stage]);
       s.dq_handoff.barriers.release(at);

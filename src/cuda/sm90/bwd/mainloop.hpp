@@ -74,8 +74,8 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
     rule.rows_seeing_all(t.n0, t.n0 + kBlockN, &visible_begin, &visible_end);
     s.kv_barriers.wait(kv_at);
 
-    StepPos at = t.start();
-    for (int step = 0; step < t.count; ++step, at = t.after(at)) {
+    StepPos at = t.template start<kAdds>();
+    for (int step = 0; step < t.count; ++step, at = t.template after<kAdds>(at)) {
       const int buf = step & 1;
       // Everything derived from the thread index is rebuilt each step from an opaque copy of it,
       // so that no per-thread coordinates or addresses stay live across the steps (registers).

@@ -51,8 +51,8 @@ __device__ void produce_queries(const TmaBwdParams& tp, BwdSharedStorage<Traits>
   for_each_drawn_item<kBlockM, kBlockN, kAdds>(p, s.items, lane, [&](const BwdWorkItem<kBlockM>& w) {
     const SequenceInfo& seq = w.seq;
     const KeyTileSteps<kBlockM>& t = w.steps;
-    StepPos at = t.start();
-    for (int step = 0; step < t.count; ++step, at = t.after(at)) {
+    StepPos at = t.template start<kAdds>();
+    for (int step = 0; step < t.count; ++step, at = t.template after<kAdds>(at)) {
       const int stage = q_at.stage;
       const std::int64_t q_row = seq.q_begin + at.m0;
       s.q_barriers.wait_free(q_at);
