@@ -12,7 +12,8 @@
 // so tile n's predecessor there is n - 1 whenever n - 1's rows reach past the tile's first row:
 // one bound per work item decides it for every step. The steps start at query-tile boundaries
 // (decode_work_item), so that each reduction covers one counted tile; the rows before the first
-// that sees the key tile are masked out (zero dS).
+// that sees the key tile are masked out (zero dS). The key tiles walk their query tiles downwards
+// (KeyTileSteps), so that tile n reaches each query tile at the step tile n - 1 did.
 //
 // No deadlock however few CTAs run: the work order draws a pair's key tiles in tile order
 // (schedule.cpp, deterministic_work_groups) and the CTAs draw the items in index order
