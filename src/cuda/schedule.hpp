@@ -23,8 +23,8 @@ Status schedule_forward(const ForwardKernel& k, const detail::Problem& p, const 
                         FwdParams* f);
 
 // Fills b's work groups (query and key tiles; on a deterministic TMA row, groups that stagger a
-// pair's key tiles), the last-wave split and work items, and (the tensor-core global-accumulator and TMA rows) the grid
-// CTAs; b's tile counts are set.
+// pair's key tiles), the last-wave split and work items, and (the tensor-core global-accumulator
+// and TMA rows) the grid CTAs; b's tile counts are set.
 Status schedule_backward(const BackwardKernel& k, const detail::Problem& p, const KernelOverrides& overrides,
                          bool deterministic, BwdParams* b);
 

@@ -138,7 +138,6 @@ void plan_backward_workspace(const BackwardKernel& k, const BackwardArgs& a, con
         // The counter, then (deterministic) the dQ order counts right after it: one memset.
         std::size_t n = sizeof(unsigned long long);
         if (a.deterministic) {
-          b->dq_order_tile = k.block_m;
           b->dq_order_tiles = (p.seqlen_q + k.block_m - 1) / k.block_m;
           n += std::size_t(p.batch) * std::size_t(p.heads_q) * std::size_t(b->dq_order_tiles) * sizeof(int);
         }

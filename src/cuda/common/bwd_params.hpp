@@ -88,10 +88,9 @@ struct BwdParams : FwdParams {
   // one (sm90/bwd/tile_scheduler.hpp): how many have been drawn (zeroed before the launch).
   unsigned long long* kv_items_drawn;
   // `deterministic` on the Hopper backward (sm90/bwd/dq_writer.hpp): per (batch, query head, query
-  // tile of dq_order_tile rows) the last key tile whose dQ reduction into it has landed, plus one,
-  // [batch][heads_q][dq_order_tiles], zeroed before the launch; null otherwise.
+  // tile of the kernel's block_m rows) the last key tile whose dQ reduction into it has landed,
+  // plus one, [batch][heads_q][dq_order_tiles], zeroed before the launch; null otherwise.
   int* dq_order;
-  int dq_order_tile;
   std::int64_t dq_order_tiles;
 };
 

@@ -57,6 +57,7 @@ struct DqFromConsumers {
   __device__ __forceinline__ void before_barrier(DqHandoff&, int tid) const {
     if (tid == 0) wait_bulk_reads();  // the reduction issued a step ago has read this step's stage
   }
+  // After a barrier (the item's last too): the last step's tile.
   template <int kHeadDim, class Stages>
   __device__ __forceinline__ void issue(const Stages& stages, std::int64_t ld, int tid) const {
     if (tid == 0 && rows != 0) add_dq_tile<kHeadDim>(dst, rows, stages[buf], ld);
@@ -67,11 +68,6 @@ struct DqFromConsumers {
     dst = tile_dst;
     rows = tile_rows;
     buf = step & 1;
-  }
-  // After the item's last barrier: its last tile.
-  template <int kHeadDim, class Stages>
-  __device__ __forceinline__ void item_done(const Stages& stages, std::int64_t ld, int ctid) const {
-    issue<kHeadDim>(stages, ld, ctid);
   }
 };
 
@@ -91,8 +87,6 @@ struct DqToWriter {
     at.advance();
   }
   __device__ __forceinline__ void step_done(float*, int, int) {}
-  template <int kHeadDim, class Stages>
-  __device__ __forceinline__ void item_done(const Stages&, std::int64_t, int) const {}
 };
 
 }  // namespace memattn::cuda::sm90

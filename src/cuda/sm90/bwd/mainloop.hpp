@@ -133,7 +133,7 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
       dq_out.step_done(accum_row(p.dq_accum, seq.batch, seq.q_begin + at.m0, at.h), rows, step);
     }
     consumers_sync<Traits>();  // the last step's dQ is staged; every wgmma read of K and V is done
-    dq_out.template item_done<kHeadDim>(s.dq, p.dq_accum.ld, ctid);
+    dq_out.template issue<kHeadDim>(s.dq, p.dq_accum.ld, ctid);
     write_key_grads<Traits>(p, s, w, acc_dk, acc_dv, ctid);
     publish_smem_writes();  // the next K and V arrive by TMA over the tiles these threads wrote
     s.kv_barriers.release(kv_at);
