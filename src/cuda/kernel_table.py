@@ -155,6 +155,12 @@ SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 2048), (64, 128, 192, 3, "pi
                       (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
 
 
+# fp32 on the Hopper forward (sm90/fwd/tf32x3_*.hpp: 3xTF32 warpgroup MMAs, K and V split once per
+# CTA by a warpgroup of their own): head-dim bucket -> (queries, keys, K/V stages). K and V take
+# both TF32 parts in shared memory: 32-key tiles at D = 128 (192 KB with two stages).
+SM90_TF32X3_FORWARD_TILES = {64: (128, 64, 2), 128: (128, 32, 2)}
+
+
 def sm90_forward_warps(block_m):
     """The producer warpgroup and a consumer warpgroup per 64 query rows."""
     return 4 * (1 + block_m // 64)
@@ -454,6 +460,10 @@ def all_rows():
     bm, bn, warps = TF32X3_GLOBAL_TILE
     for loads in ("vector16", "element"):
         rows.append(Row(80, "fwd", "fp32", GLOBAL_HEAD_DIM, bm, bn, warps, "global", loads, True, True, math="tf32x3"))
+    for head_dim, (bm, bn, _) in SM90_TF32X3_FORWARD_TILES.items():
+        # The producer and split warpgroups, then a consumer warpgroup per 64 query rows.
+        rows.append(Row(90, "fwd", "fp32", head_dim, bm, bn, 4 * (2 + bm // 64), "registers", "vector16", False, False,
+                        math="tf32x3", tma=True, min_queries_per_key=SM80_MANY_QUERIES))
     return rows
 
 
@@ -618,6 +628,9 @@ def template_args(r):
         dq = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {dq_warps}, {loads}>"
         dkdv = f"sm80::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {r.block_m}, {r.warps}, {loads}>"
         return f"{dq}, {dkdv}, {features}"
+    if r.tma and r.dtype == "fp32":
+        stages = SM90_TF32X3_FORWARD_TILES[r.head_dim][2]
+        return f"sm90::Tf32x3FwdTraits<{r.head_dim}, {r.block_n}, {stages}>, {features}"
     if r.tma:
         stages, schedule = next((t[3], t[4]) for t in SM90_FORWARD_TILES
                                 if (t[0], t[1], t[2]) == (r.head_dim, r.block_m, r.block_n))

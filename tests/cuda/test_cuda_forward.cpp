@@ -200,8 +200,8 @@ TEST(CudaForwardHopper, TmaRowsTakeWhatTensorMapsDescribe) {
 // times as many items as SMs, 3 query tiles per (sequence, head), the last one partial, 168 keys
 // (a partial second key tile). The bf16 rows run top-left causal (the first query tile sees one key
 // tile, the others two), the fp16 rows bottom-right causal (the first query tile sees no key: empty
-// items, written by the consumers alone; the second in part). Every TMA row of the build, forced,
-// against the reference.
+// items, written by the consumers alone; the second in part), the fp32 rows too. Every TMA row of
+// the build, forced, against the reference.
 TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const GpuInfo gpu = current_gpu();
@@ -216,7 +216,9 @@ TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
   };
   for (const KernelInfo& k : list_kernels()) {
     if (k.name.compare(0, 9, "fwd_sm90_") != 0 || k.name.find("_tma_") == std::string::npos) continue;
-    const DType dtype = k.name.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
+    const DType dtype = k.name.find("_bf16_") != std::string::npos   ? DType::bf16
+                        : k.name.find("_fp16_") != std::string::npos ? DType::f16
+                                                                     : DType::f32;
     const bool top_left = dtype == DType::bf16;
     tools::ProblemSpec s;
     s.batch = kBatch;
@@ -228,8 +230,14 @@ TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
     s.dtype = dtype;
     s.backend = Backend::cuda;
     s.forward_overrides.kernel = k.name;
+    CheckOptions options;
+    options.backward = false;
+    if (dtype == DType::f32) {  // the 3xTF32 rows: their error against a naive fp32 one's, as CudaRows
+      s.precision = Precision::tf32x3;
+      options.naive_factor = 3;
+    }
     SCOPED_TRACE(k.name + ": " + s.describe());
-    check_case(s, {/*backward=*/false});
+    check_case(s, options);
     ++ran;
   }
   if (ran == 0) GTEST_SKIP() << "the build has no TMA forward row";

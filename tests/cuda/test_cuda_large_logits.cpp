@@ -20,10 +20,12 @@ TEST_P(CudaLargeLogits, Fp32OneHotRowsGiveExactDv) {
 }
 
 std::vector<LargeLogitCase> cases() {
-  // D = 96: the register-tile fp32 forward; D = 300: the fp32 rows with global accumulators.
+  // D = 96: the register-tile fp32 forward; D = 300: the fp32 rows with global accumulators; D = 64:
+  // on sm_90 the warpgroup-MMA forward, whose LSE the mma.sync backward takes.
   return {{DType::f32, 1e3, 1.0, "logit3"},          {DType::f32, 1e4, 1.0, "logit4"},
           {DType::f32, 1e5, 1.0, "logit5"},          {DType::f32, 1e8, 1e4, "inputs1e4"},
-          {DType::f32, 1e5, 1.0, "logit5_d300", 300}};
+          {DType::f32, 1e5, 1.0, "logit5_d300", 300}, {DType::f32, 1e5, 1.0, "logit5_d64", 64},
+          {DType::f32, 1e8, 1e4, "inputs1e4_d64", 64}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Fp32, CudaLargeLogits, ::testing::ValuesIn(cases()),

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "memattn/attention.hpp"
@@ -87,6 +89,10 @@ std::vector<PrecisionCase> cases() {
     l.spec.scale = logit / std::sqrt(128.0);  // unit-normal q and k: q . k has variance D
     out.push_back(l);
   }
+  // D = 64 runs on the warpgroup rows on sm_90, where they are built.
+  PrecisionCase l{"logits_4_d64", base(64, 100, 300), 1e4, 8.0};
+  l.spec.scale = 1e4 / 8.0;
+  out.push_back(l);
   return out;
 }
 
@@ -166,6 +172,9 @@ std::vector<PrecisionCase> backward_cases() {
     l.spec.scale = logit / std::sqrt(128.0);
     out.push_back(l);
   }
+  PrecisionCase l{"logits_4_d64", base(64, 100, 300), 1e4, 8.0};
+  l.spec.scale = 1e4 / 8.0;
+  out.push_back(l);
   return out;
 }
 
@@ -228,6 +237,63 @@ TEST_P(CudaBackwardPrecision, Tf32x3TracksTheFmaError) {
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CudaBackwardPrecision);
 INSTANTIATE_TEST_SUITE_P(Fp32, CudaBackwardPrecision, ::testing::ValuesIn(backward_cases()),
                          [](const ::testing::TestParamInfo<PrecisionCase>& info) { return info.param.name; });
+
+// The 3xTF32 forward register rows of one head-dim bucket (mma.sync, and on sm_90 the warpgroup
+// MMA rows) compute the same scores bit for bit: each writes the LSE that the 3xTF32 backward
+// recomputes its scores against, which at large scores must be exact (docs/decisions.md, fp32
+// precision). The same inputs through each row forced; the scores show in the LSE where nothing
+// else differs: with one key tile (the rows' row sums take tiles of different widths, which moves
+// the LSE's last bits with more keys) at ordinary scores, and at large scores with many tiles (every
+// row dominated by one key: the LSE is its score).
+TEST(CudaPrecisionRows, Tf32x3ForwardRowsComputeTheSameScores) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::map<std::int64_t, std::vector<std::string>> rows;  // bucket -> row names
+  const std::string tag = "_fp32_d";
+  for (const KernelInfo& k : list_kernels()) {
+    const std::string& n = k.name;
+    if (n.rfind("fwd_", 0) == 0 && n.find("_tf32x3_") != std::string::npos && n.find("_gacc") == std::string::npos &&
+        n.find("_vec_plain") != std::string::npos)
+      rows[std::stoll(n.substr(n.find(tag) + tag.size()))].push_back(n);
+  }
+  int compared = 0;
+  for (const auto& [bucket, names] : rows) {
+    if (names.size() < 2) continue;
+    const std::pair<std::int64_t, double> keys_logit[] = {{32, 0.0}, {32, 10.0}, {333, 1e4}};
+    for (const auto& [keys, logit] : keys_logit) {
+      tools::ProblemSpec spec = base(bucket, 200, keys);
+      if (keys > 64) spec.mask = Mask::causal(Alignment::bottom_right);
+      spec.precision = Precision::tf32x3;
+      // Keys split over CTAs and combined sum the rows in another order (last bits of the LSE).
+      spec.forward_overrides.num_splits = 1;
+      if (logit > 0) spec.scale = logit / std::sqrt(double(bucket));
+      const std::uint64_t seed = next_seed();
+      SCOPED_TRACE(spec.describe() + ", inputs from seed " + std::to_string(seed) + ": replay with " + replay_hint());
+      std::vector<double> first;
+      for (const std::string& name : names) {
+        spec.forward_overrides.kernel = name;
+        tools::Workload w(spec);
+        w.fill_inputs(seed);
+        ASSERT_TRUE(w.to_device().ok());
+        w.poison_outputs();
+        const Status st = forward(w.forward_args());
+        ASSERT_TRUE(st.ok()) << name << ": " << st.to_string();
+        ASSERT_TRUE(w.copy_outputs_to_host().ok());
+        const std::vector<double> lse = w.to_double(tools::Tensor::lse);
+        if (first.empty()) {
+          first = lse;
+          continue;
+        }
+        ASSERT_EQ(lse.size(), first.size());
+        std::int64_t differ = 0;
+        for (std::size_t i = 0; i < lse.size(); ++i) differ += lse[i] != first[i];
+        EXPECT_EQ(differ, 0) << name << " against " << names.front() << ": " << differ << " of " << lse.size()
+                             << " LSE values differ";
+        ++compared;
+      }
+    }
+  }
+  if (compared == 0) GTEST_SKIP() << "no bucket with two 3xTF32 forward register rows in this build";
+}
 
 // `automatic` takes the 3xTF32 rows, but FMAs for a forward that writes the LSE of a problem the
 // 3xTF32 backward rows do not take (a bias here); the backward takes them where one fits (not with

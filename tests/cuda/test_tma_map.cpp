@@ -29,6 +29,9 @@ TEST(TmaMap, DescribesStridedLayouts) {
   TmaTensor fp16 = bmhk();
   fp16.dtype = DType::f16;
   EXPECT_TRUE(tma_describable(fp16));
+  TmaTensor fp32 = bmhk();  // the fp32 forward's rows (strides in elements: twice the bytes)
+  fp32.dtype = DType::f32;
+  EXPECT_TRUE(tma_describable(fp32));
 }
 
 TEST(TmaMap, RefusesBroadcastStridesOnly) {
@@ -54,6 +57,7 @@ TEST(TmaMap, RefusesWhatTheCopyEngineCannotAddress) {
   EXPECT_FALSE(tma_describable(t));
   t = bmhk();
   t.dtype = DType::f32;
+  t.cols = 61;  // 244-byte rows
   EXPECT_FALSE(tma_describable(t));
   t = bmhk();
   t.rows = std::int64_t(1) << 31;  // past the signed 32-bit box coordinates

@@ -69,6 +69,20 @@ struct RingBarriers {
   __device__ __forceinline__ void release(const RingPosition<kStages>& at) { EmptyBarrier::arrive(&empty[at.stage]); }
 };
 
+// A ring of one-way signals between two roles inside the CTA: `ready` completes when `arrivals`
+// threads have arrived (each after its shared-memory writes: release). The fp32 forward's split
+// warpgroup signals the consumers with it (sm90/fwd/tf32x3_split.hpp); the buffers it guards are
+// freed through the ring of the TMA loads that fill them.
+template <int kStages>
+struct ReadyBarriers {
+  std::uint64_t ready[kStages];
+  __device__ void init(int arrivals) {
+    for (int s = 0; s < kStages; ++s) EmptyBarrier::init(&ready[s], arrivals);
+  }
+  __device__ __forceinline__ void arrive(const RingPosition<kStages>& at) { EmptyBarrier::arrive(&ready[at.stage]); }
+  __device__ __forceinline__ void wait(const RingPosition<kStages>& at) { EmptyBarrier::wait(&ready[at.stage], at.phase); }
+};
+
 // Indices handed from one role to the others through shared memory (the persistent grids' work
 // items, drawn by one role): `full` once the drawer has stored a slot's index (its one arrival),
 // `empty` once every reader thread has read it.

@@ -40,7 +40,7 @@ bool stride_ok(std::int64_t size, std::int64_t stride_bytes) {
 
 bool tma_describable(const TmaTensor& t) {
   const std::int64_t e = element_bytes(t.dtype);
-  if (t.dtype == DType::f32 || reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) return false;
   if (t.cols * e % 16 != 0) return false;
   if (t.rows >= kCoordLimit || t.heads >= kCoordLimit || t.batch >= kCoordLimit) return false;
   return stride_ok(t.rows, t.row_stride * e) && stride_ok(t.heads, t.head_stride * e) &&
@@ -58,10 +58,11 @@ Status make_tma_map(const TmaTensor& t, int box_rows, CUtensorMap* map) {
   const std::int64_t batch_bytes = t.batch > 1 ? t.batch_stride * e : head_bytes * t.heads;
   const cuuint64_t dims[4] = {cuuint64_t(t.cols), cuuint64_t(t.rows), cuuint64_t(t.heads), cuuint64_t(t.batch)};
   const cuuint64_t strides[3] = {cuuint64_t(row_bytes), cuuint64_t(head_bytes), cuuint64_t(batch_bytes)};
-  const cuuint32_t box[4] = {cuuint32_t(kTmaBoxCols), cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t box[4] = {cuuint32_t(kTmaBoxBytes / e), cuuint32_t(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type =
-      t.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = t.dtype == DType::bf16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : t.dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   const CUresult r = encode(map, type, 4, const_cast<void*>(t.data), dims, strides, box, element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -30,7 +30,7 @@ struct BwdTraits {
   static constexpr int kBlockM = kBlockM_;    // queries per step
   static constexpr int kBlockN = kBlockN_;    // keys per CTA
   static constexpr int kStages = kStages_;    // Q, dO and row-statistics buffers
-  static_assert(kHeadDim % kTmaBoxCols == 0 && kBlockN == 128 && kStages >= 2);
+  static_assert(kHeadDim % kTmaBoxCols<Element> == 0 && kBlockN == 128 && kStages >= 2);
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kConsumerWarpgroups = kBlockN / 64;

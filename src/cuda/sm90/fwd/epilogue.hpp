@@ -14,8 +14,8 @@
 #include "cuda/common/epilogue.hpp"
 #include "cuda/common/fragments.hpp"
 #include "cuda/common/fwd_common.hpp"
+#include "cuda/common/softmax.hpp"
 #include "cuda/common/tile_scheduler.hpp"
-#include "cuda/sm90/fwd/storage.hpp"
 #include "cuda/sm90/gmma.hpp"
 #include "cuda/sm90/warpgroup_store.hpp"
 
@@ -27,17 +27,24 @@ using namespace cute;
 // numbers them after the ones it reserves; the ping-pong turns take one more per warpgroup).
 inline constexpr int kWarpgroupBarrier = 1;
 
-template <class Traits, class AccO, class Softmax>
-__device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorage<Traits>& s, const SequenceInfo& seq,
-                                             int h, std::int64_t m0, int rows, AccO& acc_o, Softmax& softmax,
-                                             int ctid) {
+// Storage: FwdSharedStorage<Traits> or Tf32x3FwdStorage<Traits>. fp32 rows take the LSE from the
+// top score (kNaturalLse), as their backward expects.
+template <class Traits, class Storage, class AccO, class Softmax>
+__device__ __forceinline__ void write_output(const FwdParams& p, Storage& s, const SequenceInfo& seq, int h,
+                                             std::int64_t m0, int rows, AccO& acc_o, Softmax& softmax, int ctid) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
   typename Traits::MmaO mma_o;
   auto thr_o = mma_o.get_thread_slice(ctid);
   Tensor acc_o_rc = rowcol(acc_o);
   float lse[decltype(size<0>(acc_o_rc))::value];
-  softmax.finalize(acc_o_rc, 1.0f, lse);
+  if constexpr (kNaturalLse<Element>) {
+    float norm[decltype(size<0>(acc_o_rc))::value];
+    softmax.final_factors_natural(1.0f, norm, lse);
+    softmax.scale_rows(acc_o_rc, norm);
+  } else {
+    softmax.finalize(acc_o_rc, 1.0f, lse);
+  }
   write_lse(p, seq, h, m0, rows, lse, rowcol(thr_o.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kHeadDim>{})))));
 
   // The warpgroup's barrier orders its threads' last reads of its rows of the output tile (the
@@ -53,7 +60,7 @@ __device__ __forceinline__ void write_output(const FwdParams& p, FwdSharedStorag
                        rows - wg * kWarpgroupRows, p.head_dim_v, ctid, kWarpgroupBarrier + wg);
   // Where the output shares the Q tile's space, the next Q tile arrives by TMA (the async proxy)
   // over what these threads read and wrote.
-  if constexpr (!kSeparateOutput<Traits>) publish_smem_writes();
+  if constexpr (Storage::kOutputInQ) publish_smem_writes();
 }
 
 }  // namespace memattn::cuda::sm90

@@ -1,6 +1,6 @@
-// Host side of the Hopper forward: the tensor maps of Q, K and V, the work items' counter cleared,
-// the launch on the persistent grid the scheduler sized (one CTA per SM, at most one per work
-// item), and the resource report.
+// Host side of the Hopper forward (16-bit and fp32 rows): the tensor maps of Q, K and V, the work
+// items' counter cleared, the launch on the persistent grid the scheduler sized (one CTA per SM,
+// at most one per work item), and the resource report.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,19 +12,36 @@
 #include "cuda/common/fwd_common.hpp"
 #include "cuda/common/launch.hpp"
 #include "cuda/sm90/fwd/kernel.hpp"
+#include "cuda/sm90/fwd/tf32x3_kernel.hpp"
 #include "cuda/sm90/tma_map.hpp"
 #include "memattn/status.hpp"
 
 namespace memattn::cuda::sm90 {
 
+// The fp32 rows (Tf32x3FwdTraits) have a kernel and shared memory of their own (tf32x3_kernel.hpp).
 template <class Traits>
-constexpr int kFwdSmemBytes = int(sizeof(FwdSharedStorage<Traits>));
+inline constexpr bool kTf32x3Forward = std::is_same_v<typename Traits::Element, float>;
+
+template <class Traits>
+constexpr int fwd_smem_bytes() {
+  if constexpr (kTf32x3Forward<Traits>) return int(sizeof(Tf32x3FwdStorage<Traits>));
+  else return int(sizeof(FwdSharedStorage<Traits>));
+}
+
+template <class Traits>
+constexpr auto fwd_kernel() {
+  if constexpr (kTf32x3Forward<Traits>) return forward_tf32x3_kernel<Traits>;
+  else return forward_kernel<Traits>;
+}
 
 // The maps of Q, K and V as the producer addresses them: (column, row, head, batch). The rows
 // end at the sequence's length, so a box past it arrives as zeros (fixed lengths only: select.cpp).
 template <class Traits>
 Status forward_tensor_maps(const FwdParams& p, TmaFwdParams* tp) {
-  constexpr DType kDType = std::is_same_v<typename Traits::Element, cute::bfloat16_t> ? DType::bf16 : DType::f16;
+  using Element = typename Traits::Element;
+  constexpr DType kDType = std::is_same_v<Element, cute::bfloat16_t> ? DType::bf16
+                           : std::is_same_v<Element, cute::half_t>   ? DType::f16
+                                                                     : DType::f32;
   if (p.seqstart_q != nullptr)
     return {StatusCode::internal_error, "sm90 forward: a variable-length problem reached a TMA row"};
   const TmaTensor q{p.q, kDType, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
@@ -50,13 +67,13 @@ Status launch_forward(const FwdParams& p, cudaStream_t stream) {
       !s.ok())
     return s;
   // p.grid_ctas: the resident CTAs (schedule.cpp), one per SM.
-  return launch_grid(forward_kernel<Traits>, Traits::kThreads, kFwdSmemBytes<Traits>, p.num_blocks, p.grid_ctas, tp,
+  return launch_grid(fwd_kernel<Traits>(), Traits::kThreads, fwd_smem_bytes<Traits>(), p.num_blocks, p.grid_ctas, tp,
                      stream);
 }
 
 template <class Traits, unsigned kFeatures>
 Status forward_resources(KernelResources* r) {
-  return resources(forward_kernel<Traits>, Traits::kThreads, kFwdSmemBytes<Traits>, r);
+  return resources(fwd_kernel<Traits>(), Traits::kThreads, fwd_smem_bytes<Traits>(), r);
 }
 
 }  // namespace memattn::cuda::sm90

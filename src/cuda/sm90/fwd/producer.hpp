@@ -13,14 +13,34 @@
 #include "cuda/common/key_tiles.hpp"
 #include "cuda/common/tile_scheduler.hpp"
 #include "cuda/sm90/fwd/params.hpp"
-#include "cuda/sm90/fwd/storage.hpp"
+#include "cuda/sm90/pipeline.hpp"
 #include "cuda/sm90/tma_load.hpp"
 #include "cuda/sm90/tma_map.hpp"
 
 namespace memattn::cuda::sm90 {
 
-template <class Traits>
-__device__ void produce(const TmaFwdParams& tp, FwdSharedStorage<Traits>& s) {
+// A work item as the roles that load or prepare its tiles walk it: its query tile and the key
+// tiles that tile sees.
+struct FwdItemTiles {
+  WorkItem work;
+  SequenceInfo seq;
+  std::int64_t m0;  // the tile's first query row in the sequence
+  KeyTiles t;
+};
+
+// Whether the item has query rows that see a key (nothing is loaded for it otherwise).
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ bool item_tiles(const FwdParams& p, std::int64_t index, FwdItemTiles* it) {
+  it->work = decode_work(p, index);
+  it->seq = sequence_info(p, it->work.b);
+  it->m0 = std::int64_t(it->work.m_block) * kBlockM;
+  if (it->m0 >= it->seq.q_len) return false;
+  return key_tiles<kBlockN>(p, it->seq, it->m0, int(min(std::int64_t(kBlockM), it->seq.q_len - it->m0)), &it->t);
+}
+
+// Storage: FwdSharedStorage<Traits> or Tf32x3FwdStorage<Traits> (its q, k, v buffers and rings).
+template <class Traits, class Storage>
+__device__ void produce(const TmaFwdParams& tp, Storage& s) {
   const FwdParams& p = tp.p;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   cute::prefetch_tma_descriptor(&tp.q);
@@ -30,19 +50,17 @@ __device__ void produce(const TmaFwdParams& tp, FwdSharedStorage<Traits>& s) {
   RingPosition<Traits::kStages> k_at, v_at;
   const auto one_thread = [](std::int64_t drawn) { return drawn; };
   for_each_drawn_index(p.items_drawn, p.num_blocks, s.items, true, one_thread, [&](std::int64_t index) {
-    const WorkItem work = decode_work(p, index);
-    const SequenceInfo seq = sequence_info(p, work.b);
-    const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
-    if (m0 >= seq.q_len) return;
-    KeyTiles t;
-    if (!key_tiles<kBlockN>(p, seq, m0, int(min(std::int64_t(kBlockM), seq.q_len - m0)), &t)) return;
-    const int batch = int(seq.batch);
+    FwdItemTiles it;
+    if (!item_tiles<kBlockM, kBlockN>(p, index, &it)) return;
+    const WorkItem& work = it.work;
+    const KeyTiles& t = it.t;
+    const int batch = int(it.seq.batch);
     load_tile<kBlockM, kHeadDim>(&tp.q, s.q_barriers.acquire(q_at, Traits::kTileBytesQ), s.q,
-                                 int(seq.q_begin + m0), work.h, batch);
+                                 int(it.seq.q_begin + it.m0), work.h, batch);
     q_at.advance();
     const int hk = work.h / p.group;
     for (int n = t.last; n >= t.first; --n) {
-      const int row = int(seq.k_begin + std::int64_t(n) * kBlockN);
+      const int row = int(it.seq.k_begin + std::int64_t(n) * kBlockN);
       load_tile<kBlockN, kHeadDim>(&tp.k, s.k_barriers.acquire(k_at, Traits::kTileBytesKV), s.k[k_at.stage], row,
                                    hk, batch);
       k_at.advance();

@@ -34,10 +34,12 @@ inline constexpr bool kSeparateOutput =
 
 template <class Traits, bool = kSeparateOutput<Traits>>
 struct FwdSharedStorage : FwdTiles<Traits> {
+  static constexpr bool kOutputInQ = true;  // the epilogue writes where the next Q tile arrives by TMA
   __device__ typename Traits::Element* output() { return this->q; }
 };
 template <class Traits>
 struct FwdSharedStorage<Traits, true> : FwdTiles<Traits> {
+  static constexpr bool kOutputInQ = false;
   alignas(1024) typename Traits::Element o[Traits::kTileElemsQ];
   __device__ typename Traits::Element* output() { return o; }
 };

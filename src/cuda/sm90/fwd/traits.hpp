@@ -40,7 +40,7 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;    // keys per tile
   static constexpr int kStages = kStages_;    // K and V buffers each
   static constexpr ConsumerSchedule kSchedule = kSchedule_;
-  static_assert(kHeadDim % kTmaBoxCols == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
+  static_assert(kHeadDim % kTmaBoxCols<Element> == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
 
   static constexpr int kWarpgroupThreads = 128;
   static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
