@@ -45,18 +45,19 @@ __device__ __forceinline__ constexpr auto tf32_acc_as_a_operand(AccLayout acc) {
   return Layout<Shape<Shape<_2, _2>, _1, Int<kBlocks>>, Stride<Stride<_2, _1>, _0, _4>>{};
 }
 
-// The thread's elements of its warpgroup's Q rows, as the A operand of Q's small parts holds
-// them: small parts into q_small; big parts into q_big (registers), or back in place.
-template <bool kBigInRegisters, class SmemQ, class RegQ>
+// The thread's elements of its warpgroup's Q rows, as a register A operand holds them: big parts
+// into q_big; small parts into q_small, or back in place.
+template <bool kSmallInRegisters, class SmemQ, class RegQ>
 __device__ __forceinline__ void split_q_fragment(SmemQ& smem_q, RegQ& q_big, RegQ& q_small) {
   CUTE_UNROLL
   for (int i = 0; i < size(smem_q); ++i) {
     float* at = reinterpret_cast<float*>(raw_pointer_cast(&smem_q(i)));
     const float x = *at;
-    const float big = tf32_big(x);
-    if constexpr (kBigInRegisters) q_big(i) = tfloat32_t::bitcast(__float_as_uint(big));
-    else *at = big;
-    q_small(i) = tfloat32_t::bitcast(round_to_tf32(x - big));
+    const std::uint32_t big = round_to_tf32(x);
+    q_big(i) = tfloat32_t::bitcast(big);
+    const std::uint32_t small = round_to_tf32(x - __uint_as_float(big));
+    if constexpr (kSmallInRegisters) q_small(i) = tfloat32_t::bitcast(small);
+    else *at = __uint_as_float(small);
   }
 }
 
@@ -77,10 +78,10 @@ __device__ void consume_tf32x3(const FwdParams& p, Tf32x3FwdStorage<Traits>& s, 
   auto thr_sq = mma_sq.get_thread_slice(ctid);
   auto thr_pv = mma_pv.get_thread_slice(ctid);
   const Tensor sQ = cute::make_tensor(make_smem_ptr(s.q), typename Traits::SmemLayoutQ{});
-  const Tensor tSdQ = thr_s.partition_fragment_A(sQ);  // descriptors of Q's big parts
-  Tensor tSsQ = thr_sq.partition_A(sQ);                // the elements this thread holds as an A operand
-  Tensor tSrQ = thr_sq.partition_fragment_A(sQ);       // Q's big parts in registers (kQBigInRegisters)
-  Tensor tSrQs = thr_sq.partition_fragment_A(sQ);      // Q's small parts, in registers
+  const Tensor tSdQs = thr_s.partition_fragment_A(sQ);  // descriptors of Q's small parts (in place)
+  Tensor tSsQ = thr_sq.partition_A(sQ);                 // the elements this thread holds as an A operand
+  Tensor tSrQ = thr_sq.partition_fragment_A(sQ);        // Q's big parts
+  Tensor tSrQs = thr_sq.partition_fragment_A(sQ);       // Q's small parts (kQSmallInRegisters)
   const Tensor tScS = thr_s.partition_C(make_identity_tensor(tile_s));  // (query, key) of each score
   const int wg = ctid / Traits::kWarpgroupThreads;
   RingPosition<1> q_at;
@@ -105,9 +106,9 @@ __device__ void consume_tf32x3(const FwdParams& p, Tf32x3FwdStorage<Traits>& s, 
     softmax.init();
     const detail::MaskRule rule = mask_rule(p, seq);
     s.q_barriers.wait(q_at);
-    split_q_fragment<Traits::kQBigInRegisters>(tSsQ, tSrQ, tSrQs);
-    if constexpr (!Traits::kQBigInRegisters) {
-      cutlass::arch::fence_view_async_shared();  // the big parts, before the tensor cores read them
+    split_q_fragment<Traits::kQSmallInRegisters>(tSsQ, tSrQ, tSrQs);
+    if constexpr (!Traits::kQSmallInRegisters) {
+      cutlass::arch::fence_view_async_shared();  // the small parts, before the tensor cores read them
       cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, kWarpgroupBarrier + wg);
     }
 
@@ -124,19 +125,20 @@ __device__ void consume_tf32x3(const FwdParams& p, Tf32x3FwdStorage<Traits>& s, 
       const auto issue_sum = [&](int i, auto& sum) __attribute__((always_inline)) {
         warpgroup_fence_operand(sum);
         warpgroup_arrive();
+        mma_s.accumulate_ = GMMA::ScaleOut::Zero;  // the first product of the sum overwrites it
         mma_sq.accumulate_ = GMMA::ScaleOut::Zero;
         CUTE_UNROLL
         for (int g = 0; g < Traits::kScoreSumKBlocks; ++g) {
           const int k = i * Traits::kScoreSumKBlocks + g;
-          cute::gemm(mma_sq, tSrQs(_, _, k), tSqK(_, _, k), sum);
-          mma_sq.accumulate_ = GMMA::ScaleOut::One;
-          if constexpr (Traits::kQBigInRegisters) {
-            cute::gemm(mma_sq, tSrQ(_, _, k), tSqKs(_, _, k), sum);
-            cute::gemm(mma_sq, tSrQ(_, _, k), tSqK(_, _, k), sum);
+          if constexpr (Traits::kQSmallInRegisters) {
+            cute::gemm(mma_sq, tSrQs(_, _, k), tSqK(_, _, k), sum);
           } else {
-            cute::gemm(mma_s, tSdQ(_, _, k), tSrKs(_, _, k), sum);
-            cute::gemm(mma_s, tSdQ(_, _, k), tSrK(_, _, k), sum);
+            cute::gemm(mma_s, tSdQs(_, _, k), tSrK(_, _, k), sum);
+            mma_s.accumulate_ = GMMA::ScaleOut::One;
           }
+          mma_sq.accumulate_ = GMMA::ScaleOut::One;
+          cute::gemm(mma_sq, tSrQ(_, _, k), tSqKs(_, _, k), sum);
+          cute::gemm(mma_sq, tSrQ(_, _, k), tSqK(_, _, k), sum);
         }
         warpgroup_commit_batch();
       };

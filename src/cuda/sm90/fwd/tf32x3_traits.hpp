@@ -69,9 +69,10 @@ struct Tf32x3FwdTraits {
   static constexpr int kScoreSums = kHeadDim / 8 / kScoreSumKBlocks;
   static_assert(kScoreSums * 8 * kScoreSumKBlocks == kHeadDim);
 
-  // Q's big parts in registers too where they fit beside the rest (D = 64): then the S products
-  // read only K from shared memory, whose bandwidth the split warpgroup and the GEMMs share.
-  static constexpr bool kQBigInRegisters = kHeadDim <= 64;
+  // Q's big parts are the A operand of two of S's three products and stay in registers; its small
+  // parts too where they fit beside the rest (D = 64), else in shared memory (in place). Shared
+  // memory's bandwidth is what the split warpgroup and the GEMMs share (ncu at D = 128: 77% busy).
+  static constexpr bool kQSmallInRegisters = kHeadDim <= 64;
 
   // P V's sums run over kPvCols output columns at a time (kPvChunks of them).
   static constexpr int kPvCols = 64;
