@@ -18,8 +18,8 @@ namespace memattn::cuda {
 
 enum class Family { sm80, sm90 };
 enum class Accumulator { registers, global };  // where the output/gradient accumulators live
-// Tensor cores (mma.sync, or sm_90a's wgmma), fp32 as three TF32 mma.sync products
-// (tf32x3.hpp), or CUDA-core FMAs.
+// Tensor cores (mma.sync, or sm_90a's wgmma), fp32 as three TF32 products (tf32x3.hpp; mma.sync,
+// or wgmma on the TMA rows), or CUDA-core FMAs.
 enum class Math { mma, wgmma, tf32x3, ffma };
 
 // gridDim.x's limit: a launch with more work items has its CTAs stride over them.

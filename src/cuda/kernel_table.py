@@ -337,7 +337,7 @@ class Row:
     bias: bool
     dropout: bool
     # "mma" (tensor cores, mma.sync), "wgmma" (sm_90a's warpgroup MMA), "tf32x3" (fp32 as three TF32
-    # mma.sync products) or "ffma" (CUDA cores)
+    # products: mma.sync, or wgmma on the TMA rows) or "ffma" (CUDA cores)
     math: str = "mma"
     atomics: bool = False  # backward: dQ added with fp32 atomics (not deterministic): the one-pass rows
     bias_tile: bool = False  # bias through a shared-memory tile (needs an aligned, unit-stride bias)
