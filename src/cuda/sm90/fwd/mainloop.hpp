@@ -22,6 +22,7 @@
 #include "cuda/sm90/fwd/epilogue.hpp"
 #include "cuda/sm90/fwd/storage.hpp"
 #include "cuda/sm90/fwd/traits.hpp"
+#include "cuda/sm90/fwd/work_items.hpp"
 #include "cuda/sm90/gmma.hpp"
 
 namespace memattn::cuda::sm90 {
@@ -94,18 +95,12 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
   const GemmTurns<Traits::kSchedule, Traits::kConsumerWarpgroups> turns{ctid / Traits::kWarpgroupThreads};
   turns.start();
 
-  RingPosition<2> item_at;
-  for (std::int64_t index = take_index(s.items, item_at); index < p.num_blocks; index = take_index(s.items, item_at)) {
-    const WorkItem work = decode_work(p, index);
-    const SequenceInfo seq = sequence_info(p, work.b);
-    const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
-    if (m0 >= seq.q_len) continue;
-    const int rows = int(min(std::int64_t(kBlockM), seq.q_len - m0));
-    KeyTiles t;
-    if (!key_tiles<kBlockN>(p, seq, m0, rows, &t)) {  // the producer loads nothing for it either
-      write_empty_rows<Element>(p, seq, work.h, m0, rows, ctid, Traits::kConsumerThreads);
-      continue;
-    }
+  for_each_consumer_item<Traits>(p, s, ctid, [&](const FwdItemTiles& it) __attribute__((always_inline)) {
+    const WorkItem& work = it.work;
+    const SequenceInfo& seq = it.seq;
+    const std::int64_t m0 = it.m0;
+    const int rows = it.rows;
+    const KeyTiles& t = it.t;
     Tensor acc_o = partition_fragment_C(mma_o, tile_o);  // fp32, this warpgroup's 64 rows
     clear(acc_o);
     Tensor acc_o_rc = rowcol(acc_o);
@@ -209,7 +204,7 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
     write_output<Traits>(p, s, seq, work.h, m0, rows, acc_o, softmax, ctid);
     if constexpr (!kSeparateOutput<Traits>) s.q_barriers.release(q_at);  // after the epilogue's use of its space
     q_at.advance();
-  }
+  });
 }
 
 }  // namespace memattn::cuda::sm90

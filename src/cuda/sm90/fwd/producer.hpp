@@ -13,30 +13,12 @@
 #include "cuda/common/key_tiles.hpp"
 #include "cuda/common/tile_scheduler.hpp"
 #include "cuda/sm90/fwd/params.hpp"
+#include "cuda/sm90/fwd/work_items.hpp"
 #include "cuda/sm90/pipeline.hpp"
 #include "cuda/sm90/tma_load.hpp"
 #include "cuda/sm90/tma_map.hpp"
 
 namespace memattn::cuda::sm90 {
-
-// A work item as the roles that load or prepare its tiles walk it: its query tile and the key
-// tiles that tile sees.
-struct FwdItemTiles {
-  WorkItem work;
-  SequenceInfo seq;
-  std::int64_t m0;  // the tile's first query row in the sequence
-  KeyTiles t;
-};
-
-// Whether the item has query rows that see a key (nothing is loaded for it otherwise).
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ bool item_tiles(const FwdParams& p, std::int64_t index, FwdItemTiles* it) {
-  it->work = decode_work(p, index);
-  it->seq = sequence_info(p, it->work.b);
-  it->m0 = std::int64_t(it->work.m_block) * kBlockM;
-  if (it->m0 >= it->seq.q_len) return false;
-  return key_tiles<kBlockN>(p, it->seq, it->m0, int(min(std::int64_t(kBlockM), it->seq.q_len - it->m0)), &it->t);
-}
 
 // Storage: FwdSharedStorage<Traits> or Tf32x3FwdStorage<Traits> (its q, k, v buffers and rings).
 template <class Traits, class Storage>

@@ -1,12 +1,12 @@
 // The fp32 Hopper forward's consumer warpgroups (tf32x3_traits.hpp): for each work item, split the
-// warpgroup's Q rows (small parts into registers), then walk the key tiles last to first as the split warpgroup hands them on:
-// S = Q K^T as 3xTF32 warpgroup MMAs, two head-dim k-blocks per sum in a fresh accumulator added
-// with a rounded FADD (the tensor cores round their sums toward zero: common/tf32x3.hpp); scale
-// and mask as the fp32 mma.sync rows do (natural units, an unfused multiply), so that these scores
-// and the LSE are the ones the 3xTF32 backward recomputes; the online softmax; P split into its
-// two TF32 parts in registers; O += P V over the key tile in fresh accumulators (kPvCols output
-// columns at a time), added to O.
-// Each warpgroup owns 64 query rows; the epilogue (epilogue.hpp) writes them.
+// warpgroup's Q rows (into registers; at D = 128 the small parts in place), then walk the key
+// tiles last to first as the split warpgroup hands them on: S = Q K^T as 3xTF32 warpgroup MMAs,
+// two head-dim k-blocks per sum in a fresh accumulator added with a rounded FADD (the tensor cores
+// round their sums toward zero: common/tf32x3.hpp); scale and mask as the fp32 mma.sync rows do
+// (natural units, an unfused multiply), so that these scores and the LSE are the ones the 3xTF32
+// backward recomputes; the online softmax; P split into its two TF32 parts in registers; O += P V
+// over the key tile in fresh accumulators (kPvCols output columns at a time), added to O. Each
+// warpgroup owns 64 query rows; the epilogue (epilogue.hpp) writes them.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -26,6 +26,7 @@
 #include "cuda/sm90/fwd/mainloop.hpp"
 #include "cuda/sm90/fwd/tf32x3_split.hpp"
 #include "cuda/sm90/fwd/tf32x3_storage.hpp"
+#include "cuda/sm90/fwd/work_items.hpp"
 #include "cuda/sm90/gmma.hpp"
 
 namespace memattn::cuda::sm90 {
@@ -87,18 +88,12 @@ __device__ void consume_tf32x3(const FwdParams& p, Tf32x3FwdStorage<Traits>& s, 
   RingPosition<1> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
 
-  RingPosition<2> item_at;
-  for (std::int64_t index = take_index(s.items, item_at); index < p.num_blocks; index = take_index(s.items, item_at)) {
-    const WorkItem work = decode_work(p, index);
-    const SequenceInfo seq = sequence_info(p, work.b);
-    const std::int64_t m0 = std::int64_t(work.m_block) * kBlockM;
-    if (m0 >= seq.q_len) continue;
-    const int rows = int(min(std::int64_t(kBlockM), seq.q_len - m0));
-    KeyTiles t;
-    if (!key_tiles<kBlockN>(p, seq, m0, rows, &t)) {  // the producer loads nothing for it either
-      write_empty_rows<float>(p, seq, work.h, m0, rows, ctid, Traits::kConsumerThreads);
-      continue;
-    }
+  for_each_consumer_item<Traits>(p, s, ctid, [&](const FwdItemTiles& it) __attribute__((always_inline)) {
+    const WorkItem& work = it.work;
+    const SequenceInfo& seq = it.seq;
+    const std::int64_t m0 = it.m0;
+    const int rows = it.rows;
+    const KeyTiles& t = it.t;
     Tensor acc_o = partition_fragment_C(mma_o, tile_o);  // fp32, this warpgroup's 64 rows
     clear(acc_o);
     Tensor acc_o_rc = rowcol(acc_o);
@@ -224,7 +219,7 @@ __device__ void consume_tf32x3(const FwdParams& p, Tf32x3FwdStorage<Traits>& s, 
     write_output<Traits>(p, s, seq, work.h, m0, rows, acc_o, softmax, ctid);
     s.q_barriers.release(q_at);  // after the epilogue's use of its space
     q_at.advance();
-  }
+  });
 }
 
 }  // namespace memattn::cuda::sm90

@@ -18,8 +18,8 @@
 
 #include "cuda/common/fwd_params.hpp"
 #include "cuda/common/tf32x3.hpp"
-#include "cuda/sm90/fwd/producer.hpp"
 #include "cuda/sm90/fwd/tf32x3_storage.hpp"
+#include "cuda/sm90/fwd/work_items.hpp"
 #include "cuda/sm90/pipeline.hpp"
 
 namespace memattn::cuda::sm90 {

@@ -8,14 +8,15 @@
 // (tf32x3_split.hpp: each K tile split in place into big parts plus a small-part buffer, each V
 // tile rewritten in place as V^T's big parts plus a small-part buffer, once per CTA instead of
 // once per consumer), and two consumer warpgroups of 64 query rows, which split their own Q rows
-// when a work item starts: big parts in place, small parts in registers (the A operand of their
-// products; in shared memory they would leave no room for two K/V stages at D = 128).
+// when a work item starts, into registers as the A operand of their products (kQSmallInRegisters:
+// where the small parts do not fit, they stay in place; Q in shared memory at all leaves room for
+// no more than two K/V stages of 32 keys at D = 128).
 //
 // Registers (setmaxnreg): the producer keeps 24 per thread, the split warpgroup kSplitRegisters
 // (a thread holds its share of a V tile, kSplitBlocks 4 x 4 blocks, between the reads and the
-// writes of the in-place transpose), each consumer the rest: the fp32 output and Q's small parts
-// (kHeadDim / 2 each), the scores and two partial sums of them (kBlockN / 2 each), P's two parts,
-// and a key tile's P V sum over kPvCols output columns at a time.
+// writes of the in-place transpose), each consumer the rest: the fp32 output and each of Q's parts
+// it holds (kHeadDim / 2 each), the scores and two partial sums of them (kBlockN / 2 each), P's two
+// parts, and a key tile's P V sum over kPvCols output columns at a time.
 #pragma once
 
 #include <cute/tensor.hpp>
