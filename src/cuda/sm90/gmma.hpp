@@ -88,4 +88,18 @@ __device__ __forceinline__ constexpr auto gmma_acc_as_a_operand(AccLayout acc) {
 // a barrier follows.
 __device__ __forceinline__ void publish_smem_writes() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+// The scores' accumulator (a 64 x N wgmma fragment, ((2, 2, N / 8), 1, 1): value c + 2 r + 4 j at
+// row g + 8 r, key 8 j + 2 t + c) seen as the register A operand of a TF32 P V, ((2, 2), 1, N / 8):
+// value (r, h) of k-block j at row g + 8 r, k-index t + 4 h, which is the accumulator's value
+// h + 2 r + 4 j (key 2 t + h): the B operand holds the keys in that order (Tf32x3KeyOrder, the
+// fp32 forward's V^T: sm90/fwd/tf32x3_split.hpp).
+template <class AccLayout>
+__device__ __forceinline__ constexpr auto gmma_tf32_acc_as_a_operand(AccLayout acc) {
+  (void)acc;  // its type is the argument
+  static_assert(decltype(rank<0>(acc))::value == 3 && decltype(size<1>(acc))::value == 1 &&
+                decltype(size<2>(acc))::value == 1);
+  constexpr int kBlocks = decltype(size<0, 2>(acc))::value;
+  return Layout<Shape<Shape<_2, _2>, _1, Int<kBlocks>>, Stride<Stride<_2, _1>, _0, _4>>{};
+}
+
 }  // namespace memattn::cuda::sm90

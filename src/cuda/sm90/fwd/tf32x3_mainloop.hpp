@@ -33,19 +33,6 @@ namespace memattn::cuda::sm90 {
 
 using namespace cute;
 
-// The scores' accumulator (a 64 x N wgmma fragment, ((2, 2, N / 8), 1, 1): value c + 2 r + 4 j at
-// row g + 8 r, key 8 j + 2 t + c) seen as the register A operand of a TF32 P V, ((2, 2), 1, N / 8):
-// value (r, h) of k-block j at row g + 8 r, k-index t + 4 h, which is the accumulator's value
-// h + 2 r + 4 j (key 2 t + h): V^T's columns hold the keys in that order (key_of_column).
-template <class AccLayout>
-__device__ __forceinline__ constexpr auto tf32_acc_as_a_operand(AccLayout acc) {
-  (void)acc;  // its type is the argument
-  static_assert(decltype(rank<0>(acc))::value == 3 && decltype(size<1>(acc))::value == 1 &&
-                decltype(size<2>(acc))::value == 1);
-  constexpr int kBlocks = decltype(size<0, 2>(acc))::value;
-  return Layout<Shape<Shape<_2, _2>, _1, Int<kBlocks>>, Stride<Stride<_2, _1>, _0, _4>>{};
-}
-
 // The thread's elements of its warpgroup's Q rows, as a register A operand holds them: big parts
 // into q_big; small parts into q_small, or back in place.
 template <bool kSmallInRegisters, class SmemQ, class RegQ>
@@ -170,8 +157,8 @@ __device__ void consume_tf32x3(const FwdParams& p, Tf32x3FwdStorage<Traits>& s, 
       Tensor p_big = cute::make_tensor<Operand>(acc_s.layout());
       Tensor p_small = cute::make_tensor<Operand>(acc_s.layout());
       split_tf32(acc_s, p_big, p_small);
-      const Tensor tOrPb = cute::make_tensor(p_big.data(), tf32_acc_as_a_operand(acc_s.layout()));
-      const Tensor tOrPs = cute::make_tensor(p_small.data(), tf32_acc_as_a_operand(acc_s.layout()));
+      const Tensor tOrPb = cute::make_tensor(p_big.data(), gmma_tf32_acc_as_a_operand(acc_s.layout()));
+      const Tensor tOrPs = cute::make_tensor(p_small.data(), gmma_tf32_acc_as_a_operand(acc_s.layout()));
       const Tensor sVt = cute::make_tensor(make_smem_ptr(s.v[v_at.stage]), typename Traits::SmemLayoutVt{});
       const Tensor sVts = cute::make_tensor(make_smem_ptr(s.v_small[v_at.stage]), typename Traits::SmemLayoutVt{});
       s.v_split.wait(v_at);

@@ -46,7 +46,8 @@ __device__ __forceinline__ void split_in_place(Operand* first, Operand* first_sm
   for (int i = tid; i < kElems / 4; i += kThreads) split_vector(big[i], &big[i], &small[i]);
 }
 
-// The key that column j of V^T holds (within its group of 8: 0 2 4 6 1 3 5 7).
+// The key that column j of V^T holds (within its group of 8: 0 2 4 6 1 3 5 7; Tf32x3KeyOrder's
+// mapping, tf32x3.hpp, which the A-operand view gmma_tf32_acc_as_a_operand implies).
 __device__ __forceinline__ int key_of_column(int j) { return (j & ~7) | ((j & 3) << 1) | ((j >> 2) & 1); }
 
 // V (TMA's K-major tile, keys x columns) rewritten in place as V^T's big parts (columns x keys,
