@@ -17,7 +17,7 @@ namespace memattn::cuda::sm90 {
 template <class Traits>
 struct Tf32x3FwdStorage {
   using Operand = typename Traits::Operand;
-  alignas(1024) Operand q[Traits::kTileElemsQ];  // Q's small parts go to the consumers' registers
+  alignas(1024) Operand q[Traits::kTileElemsQ];  // Q, then the small parts kept in place (kQSmallInRegisters)
   alignas(1024) Operand k[Traits::kStages][Traits::kTileElemsKV];
   alignas(1024) Operand k_small[Traits::kStages][Traits::kTileElemsKV];
   alignas(1024) Operand v[Traits::kStages][Traits::kTileElemsKV];  // V, then V^T's big parts
