@@ -12,7 +12,7 @@ if cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | h
   # Only this GPU's SASS, and only the kernel rows this run can use: its dtype (bf16 unless
   # --dtype says otherwise) and the head-dim buckets that serve its head dims (128 unless
   # --head-dim/--head-dim-v say otherwise), besides the rows that take any head dim. The whole
-  # table takes 6-8 minutes of 16 cores; this, about 2. Other values reconfigure and build theirs.
+  # table takes about 5 minutes of 16 cores; this, about 2. Other values reconfigure and build theirs.
   dtype=bf16 d=128 dv=
   for ((i = 1; i <= $#; ++i)); do
     j=$((i + 1))

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""SASS fingerprints of the kernel-table rows (see sass_fingerprint.sh) and their comparison.
+"""SASS fingerprints of the kernel table's compiled units (see sass_fingerprint.sh) and their comparison.
 
-  sass_compare.py --fingerprint < dump      one line per function: row arch instructions sha256
+  sass_compare.py --fingerprint < dump      one line per function: unit arch instructions sha256
   sass_compare.py BEFORE AFTER [--rename OLD=NEW ...]
-                                            rows whose functions differ, rows only on one side
+                                            units whose functions differ, units only on one side
 
-Functions are compared by their SASS with the name left out, as a multiset per (row, arch), so a
+Functions are compared by their SASS with the name left out, as a multiset per (unit, arch), so a
 renamed kernel or namespace compares equal and the order of functions in the object file does not
-matter. --rename maps a row name of BEFORE to its name in AFTER (a regular expression substitution).
+matter. --rename maps a unit name of BEFORE to its name in AFTER (a regular expression substitution).
 """
 import argparse
 import collections

@@ -152,6 +152,23 @@ class KernelTable(unittest.TestCase):
         self.assertEqual(kt.buckets_for(rows, 150), [192])
         self.assertEqual(kt.buckets_for(rows, 100), [128])
 
+    def test_units_hold_every_row_once_with_one_launcher(self):
+        # A unit compiles with its family's options and includes one launch header.
+        for per_unit in (1, 3, 4):
+            units = kt.translation_units(self.rows, per_unit)
+            names = [u[0] for u in units]
+            self.assertEqual(len(names), len(set(names)))
+            held = [r.name for u in units for r in u[3]]
+            self.assertEqual(sorted(held), sorted(r.name for r in self.rows))
+            for name, family, header, members in units:
+                self.assertTrue(1 <= len(members) <= per_unit, name)
+                self.assertEqual({(r.family, kt.launcher(r)[0]) for r in members}, {(family, header)}, name)
+
+    def test_rows_per_unit_keeps_units_for_every_core(self):
+        self.assertEqual(kt.rows_per_unit(self.rows[:17], 16), 1)  # run.sh's few rows: one a unit
+        self.assertEqual(kt.rows_per_unit(self.rows[:177], 16), 3)
+        self.assertEqual(kt.rows_per_unit(self.rows, 2), kt.MAX_ROWS_PER_UNIT)
+
 
 if __name__ == "__main__":
     unittest.main()
