@@ -829,6 +829,8 @@ def main():
         return 0
     if not args.out:
         ap.error("--out is required unless --list")
+    if args.rows_per_unit is not None and args.rows_per_unit < 1:
+        ap.error(f"--rows-per-unit (MEMATTN_KERNEL_ROWS_PER_UNIT) must be at least 1, got {args.rows_per_unit}")
     per_unit = args.rows_per_unit or rows_per_unit(rows, os.cpu_count() or 1)
     for family, path, count in generate(rows, args.out, per_unit):
         print(f"{family}|{path}|{count}")
