@@ -21,6 +21,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # Register-accumulator head-dim buckets of the sm80 family, with their tile (queries, keys, warps):
 # for the plain rows, for the rows with bias and dropout code and 16-byte loads, and for those with
@@ -321,19 +322,6 @@ SM80_BACKWARD_TF32X3_TILES = {64: (64, 64, 8), 128: (32, 64, 8), 256: (32, 32, 8
 # warps ran D = 256 53 -> 28, 512 50 -> 41, 1024 51 -> 57 TFLOP/s (H100; 204 B of spills in the
 # dQ kernel).
 SM80_BACKWARD_GACC_TILE = (64, 64, 4, 3)  # queries, keys, warps, stages
-# Rows per generated translation unit. nvcc's cost per unit apart from the kernels (CUTLASS's
-# headers parsed by cudafe++ and by cicc, the host compile) was two thirds of a D = 64 Hopper
-# forward row's 12.5 s on one core: three such rows took 38 s as three units, 21 s as one. Units
-# of several rows cut the build's work, but a build of few rows on many cores wants a unit each:
-# up to MAX_ROWS_PER_UNIT rows a unit while that leaves UNITS_PER_CORE units a core to balance.
-MAX_ROWS_PER_UNIT = 4
-UNITS_PER_CORE = 3
-
-
-def rows_per_unit(rows, cores):
-    return max(1, min(MAX_ROWS_PER_UNIT, len(rows) // (UNITS_PER_CORE * cores)))
-
-
 CPP_DTYPE = {"bf16": "DType::bf16", "fp16": "DType::f16", "fp32": "DType::f32"}
 # Within a bucket: wgmma rows (sm_90a) before mma.sync rows before 3xTF32 rows before CUDA-core rows.
 MATH_RANK = {"wgmma": 0, "mma": 1, "tf32x3": 2, "ffma": 3}
@@ -695,6 +683,27 @@ def launcher(r):
     return "cuda/sm80/fwd_launch.hpp", f"sm80::launch_forward{suffix}", f"sm80::forward{suffix}_resources", "FwdParams"
 
 
+# Rows per generated translation unit. nvcc's cost per unit apart from the kernels (CUTLASS's
+# headers parsed by cudafe++ and by cicc, the host compile) was two thirds of a D = 64 Hopper
+# forward row's 12.5 s on one core: three such rows took 38 s as three units, 21 s as one. Units
+# of several rows cut the build's work, but a build of few rows on many cores wants a unit each:
+# up to MAX_ROWS_PER_UNIT rows a unit while that leaves UNITS_PER_CORE units a core to balance.
+MAX_ROWS_PER_UNIT = 4
+UNITS_PER_CORE = 3
+
+
+def rows_per_unit(rows, cores):
+    return max(1, min(MAX_ROWS_PER_UNIT, len(rows) // (UNITS_PER_CORE * cores)))
+
+
+class Unit(NamedTuple):
+    """A generated translation unit: rows of one family that share a launch header."""
+    name: str
+    family: int
+    header: str
+    rows: list
+
+
 def translation_units(rows, per_unit):
     """The rows grouped into translation units: rows of one family that share a launch header,
     up to per_unit of them (the bf16 and fp16 twins of a row side by side); the backward's units
@@ -710,9 +719,8 @@ def translation_units(rows, per_unit):
         if not kind.startswith("sm"):
             kind += f"_sm{family}"
         for i in range(0, len(members), per_unit):
-            units.append((f"{kind}_{i // per_unit:02d}", family, header,
-                          members[i:i + per_unit]))
-    return sorted(units, key=lambda u: (u[3][0].pass_ != "bwd", -len(u[3])))
+            units.append(Unit(f"{kind}_{i // per_unit:02d}", family, header, members[i:i + per_unit]))
+    return sorted(units, key=lambda u: (u.rows[0].pass_ != "bwd", -len(u.rows)))
 
 
 def generate(rows, out, per_unit):
@@ -720,7 +728,7 @@ def generate(rows, out, per_unit):
     files = []
     # The folder is this script's: units of an earlier configuration go, so that none is mistaken for this one's.
     units = translation_units(rows, per_unit)
-    for stale in set(os.listdir(out)) - {f"{u[0]}.cu" for u in units} - {"kernel_table_generated.cpp"}:
+    for stale in set(os.listdir(out)) - {f"{u.name}.cu" for u in units} - {"kernel_table_generated.cpp"}:
         if stale.endswith(".cu"):
             os.remove(os.path.join(out, stale))
     for name, family, header, members in units:

@@ -156,9 +156,9 @@ class KernelTable(unittest.TestCase):
         # A unit compiles with its family's options and includes one launch header.
         for per_unit in (1, 3, 4):
             units = kt.translation_units(self.rows, per_unit)
-            names = [u[0] for u in units]
+            names = [u.name for u in units]
             self.assertEqual(len(names), len(set(names)))
-            held = [r.name for u in units for r in u[3]]
+            held = [r.name for u in units for r in u.rows]
             self.assertEqual(sorted(held), sorted(r.name for r in self.rows))
             for name, family, header, members in units:
                 self.assertTrue(1 <= len(members) <= per_unit, name)
