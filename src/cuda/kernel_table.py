@@ -158,6 +158,16 @@ SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 2048), (64, 128, 192, 3, "pi
                       (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
 
 
+# The Hopper forward with a bias (FwdBiasTraits: each key tile's bias by TMA into a two-stage ring
+# beside K and V, whole 64-key boxes): head dim, queries, keys, K/V stages, schedule, queries per
+# key, as above. The ring takes 32 KB a stage at 128 x 128 (16 KB at D = 256's 128 x 64), so at
+# D = 128 and 256 the output goes through the Q tile (storage.hpp), and D = 64 keeps two consumer
+# warpgroups of 128 keys (192 x 96 has no whole boxes).
+SM90_FORWARD_BIAS_TILES = [(64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
+                           (128, 128, 128, 2, "independent", SM80_MANY_QUERIES),
+                           (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
+
+
 # fp32 on the Hopper forward (sm90/fwd/tf32x3_*.hpp: 3xTF32 warpgroup MMAs, K and V split once per
 # CTA by a warpgroup of their own): head-dim bucket -> (queries, keys, K/V stages). K and V take
 # both TF32 parts in shared memory: 32-key tiles at D = 128 (192 KB with two stages). Three stages
@@ -447,6 +457,9 @@ def all_rows():
         for head_dim, bm, bn, _, _, min_queries in SM90_FORWARD_TILES:
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, sm90_forward_warps(bm), "registers", "vector16", False,
                             False, math="wgmma", tma=True, min_queries_per_key=min_queries))
+        for head_dim, bm, bn, _, _, min_queries in SM90_FORWARD_BIAS_TILES:
+            rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, sm90_forward_warps(bm), "registers", "vector16", True,
+                            False, math="wgmma", tma=True, bias_tile=True, min_queries_per_key=min_queries))
         for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_WGMMA_TILES.items():
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             math="wgmma", wide=True, head_split=ctas))
@@ -567,6 +580,7 @@ def covers(a, b, on_sm90=False):
             (not a.bias_tile or b.bias_tile or not b.bias) and
             (not a.atomics or b.atomics) and  # atomics: never with `deterministic`
             (not a.tma or b.tma) and  # a TMA row refuses tensors no tensor map describes
+            (not (a.tma and a.bias) or (b.tma and b.bias)) and  # the Hopper bias rows: bias problems only
             (a.math != "tf32x3" or b.math == "tf32x3") and  # 3xTF32 rows refuse `precision = ieee`
             a.paged == b.paged and  # a paged KV cache runs on the paged rows alone
             # a cache of one page per sequence runs on the rows that split keys too (strided tensors)
@@ -636,7 +650,7 @@ def template_args(r):
         stages = SM90_TF32X3_FORWARD_TILES[r.head_dim][2]
         return f"sm90::Tf32x3FwdTraits<{r.head_dim}, {r.block_n}, {stages}>, {features}"
     if r.tma:
-        stages, schedule = next((t[3], t[4]) for t in SM90_FORWARD_TILES
+        stages, schedule = next((t[3], t[4]) for t in (SM90_FORWARD_BIAS_TILES if r.bias else SM90_FORWARD_TILES)
                                 if (t[0], t[1], t[2]) == (r.head_dim, r.block_m, r.block_n))
         return (f"sm90::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {stages}, "
                 f"sm90::ConsumerSchedule::{schedule}, {r.block_m // 64}>, {features}")

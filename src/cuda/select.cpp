@@ -37,6 +37,7 @@ struct Need {
   bool aligned;  // 16-byte rows and pointers (alignment 16 bytes' elements)
   bool ieee = false;  // fp32 by FMAs (Precision): no 3xTF32 rows
   bool bias_tileable = false;  // bias with unit column stride and 16-byte rows and pointer
+  bool bias_tma_loadable = false;  // a bias of q's dtype that a tensor map describes (Hopper forward)
   // No dbias, or one that a bias-tile row can write: through its fp32 workspace (broadcast
   // dimensions) or from the tile (16-bit, 16-byte rows); those rows carry no per-element dbias
   // stores (backward).
@@ -117,6 +118,16 @@ bool tma_loadable(const TensorRef& t) {
                                 t.strides[2], t.strides[0]});
 }
 
+// Whether a tensor map describes the bias as (keys, queries, heads, batch), a broadcast head or
+// batch dimension as one of size 1: q's dtype, tileable rows, and a query dimension that is not
+// broadcast (a box of query rows would read rows past the one there is).
+bool bias_tma_loadable(const TensorRef& bias, const detail::Problem& p) {
+  if (bias.dtype != p.dtype || !bias_tileable(bias, p) || (p.bias_broadcast[2] && p.seqlen_q > 1)) return false;
+  return sm90::tma_describable({bias.data, bias.dtype, p.seqlen_k, p.seqlen_q, p.bias_broadcast[1] ? 1 : p.heads_q,
+                                p.bias_broadcast[0] ? 1 : p.batch, bias.strides[2], bias.strides[1],
+                                bias.strides[0]});
+}
+
 template <class Row>
 bool fits(const Row& k, const Need& n, std::string* why);
 
@@ -134,6 +145,7 @@ Need forward_need(const ForwardArgs& a, const detail::Problem& p) {
   n.kv_cache = p.cache.enabled;
   n.one_page_cache = p.cache.enabled && p.cache.pages_per_seq == 1;
   n.bias_tileable = p.has_bias && bias_tileable(a.bias, p);
+  n.bias_tma_loadable = p.has_bias && bias_tma_loadable(a.bias, p);
   n.queries_per_key = queries_per_key(p);
   // `automatic` (types.hpp): 3xTF32 unless the call writes the LSE for a backward that has no
   // 3xTF32 row for the problem. The FMA backward takes the LSE as exact for the scores it
@@ -213,6 +225,15 @@ bool fits(const Row& k, const Need& n, std::string* why) {
     return no([] {
       return std::string("TMA loads need Q, K, V (and dO) with 16-byte aligned pointers and rows, and every stride a "
                          "nonzero multiple of 16 bytes (no broadcast)");
+    });
+  // The Hopper forward's bias rows load a bias tile with every key tile: they take no problem
+  // without one (the plain rows, ahead of them, do).
+  if (k.tma && k.bias && !n.bias)
+    return no([] { return std::string("loads a bias tile: problems with a bias only"); });
+  if (k.tma && n.bias && !n.bias_tma_loadable)
+    return no([] {
+      return std::string("bias by TMA needs a bias of q's dtype with unit key stride, 16-byte aligned rows and pointer, "
+                         "and no broadcast over queries or keys");
     });
   if (n.smem_per_block > 0)
     if (const int bytes = row_smem_bytes(k); bytes > n.smem_per_block)

@@ -1,7 +1,8 @@
 // The CUDA forward against the float64 reference on every feature case (DESIGN.md §3), plus the
 // sizes that stress indexing: batch x heads above 65535, and a sequence past 65536 keys with a
 // dense bias whose offsets pass 2^31 (a 2^31-element bias, 4.3 GB); which tensors the Hopper TMA
-// rows take, and every work item their persistent grid draws. Skipped without a GPU.
+// rows take, every work item their persistent grid draws, and their bias rows on the bias cases.
+// Skipped without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -230,6 +231,9 @@ TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
     s.dtype = dtype;
     s.backend = Backend::cuda;
     s.forward_overrides.kernel = k.name;
+    // The bias rows (..._btile_vec_bias) take bias problems only: dense, or broadcast over heads.
+    if (k.name.size() > 5 && k.name.compare(k.name.size() - 5, 5, "_bias") == 0)
+      s.bias = tools::bias_pattern(top_left ? tools::BiasKind::dense : tools::BiasKind::broadcast_heads);
     CheckOptions options;
     options.backward = false;
     if (dtype == DType::f32) {  // the 3xTF32 rows: their error against a naive fp32 one's, as CudaRows
@@ -241,6 +245,92 @@ TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
     ++ran;
   }
   if (ran == 0) GTEST_SKIP() << "the build has no TMA forward row";
+}
+
+// The Hopper forward's bias rows (each key tile's bias by TMA: sm90/fwd/traits.hpp's
+// FwdBiasTraits), forced, on every bias they take: dense, broadcast over the batch or the heads,
+// one query row of a row-broadcast bias; under no mask, both causal alignments (Mq above and below
+// Mk: fully masked rows), a window, GQA, head dims below the bucket. A bias no tensor map
+// describes (fp32, broadcast over the queries, rows of 150 keys: 300 bytes) is refused by the
+// forced row before any launch, saying why, and runs on another row by default. Skipped where the
+// build has no bias row or the GPU is not an sm_90.
+TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (current_gpu().arch != 90) GTEST_SKIP() << "not an sm_90 GPU";
+  using tools::BiasKind;
+  struct Case {
+    std::int64_t mq, mk;
+    int heads_q, heads_k;
+    BiasKind bias;
+    Mask mask;
+  };
+  const Case cases[] = {
+      {150, 200, 2, 2, BiasKind::dense, Mask::none()},
+      {300, 168, 4, 2, BiasKind::broadcast_batch, Mask::causal()},
+      {77, 264, 4, 1, BiasKind::broadcast_heads, Mask::causal(Alignment::bottom_right)},
+      {264, 136, 2, 2, BiasKind::dense, Mask::causal(Alignment::bottom_right)},  // rows that see no key
+      {200, 256, 2, 2, BiasKind::dense, Mask::window(30, 7, Alignment::top_left)},
+      {1, 520, 4, 2, BiasKind::row, Mask::none()},
+  };
+  int ran = 0;
+  for (const KernelInfo& k : list_kernels()) {
+    const std::string& name = k.name;
+    if (name.compare(0, 9, "fwd_sm90_") != 0 || name.find("_tma_btile_") == std::string::npos) continue;
+    const int bucket = std::stoi(name.substr(name.find("_d") + 2));
+    for (const int d : {bucket, bucket - 24}) {
+      for (const Case& c : cases) {
+        tools::ProblemSpec s;
+        s.batch = 2;
+        s.seqlen_q = c.mq;
+        s.seqlen_k = c.mk;
+        s.heads_q = c.heads_q;
+        s.heads_k = c.heads_k;
+        s.head_dim = s.head_dim_v = d;
+        s.dtype = name.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
+        s.bias = tools::bias_pattern(c.bias);
+        s.mask = c.mask;
+        s.backend = Backend::cuda;
+        s.forward_overrides.kernel = name;
+        SCOPED_TRACE(name + ": " + s.describe());
+        check_case(s, {false});
+        ++ran;
+      }
+    }
+    // Biases that no tensor map describes, with the reason the forced row gives.
+    tools::ProblemSpec s;
+    s.batch = 2;
+    s.seqlen_q = 150;
+    s.seqlen_k = 200;
+    s.heads_q = s.heads_k = 2;
+    s.head_dim = s.head_dim_v = bucket;
+    s.dtype = name.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
+    s.backend = Backend::cuda;
+    for (int variant = 0; variant < 3; ++variant) {
+      tools::ProblemSpec t = s;
+      t.bias = tools::bias_pattern(variant == 1 ? BiasKind::row : BiasKind::dense);
+      t.bias_f32 = variant == 0;
+      if (variant == 2) t.seqlen_k = 150;  // rows of 300 bytes: no bias tile takes them
+      const char* reason = variant == 2 ? "bias tile needs" : "bias by TMA needs";
+      SCOPED_TRACE(name + " refuses " + t.describe());
+      check_case(t, {false});  // by default on another row
+      t.forward_overrides.kernel = name;
+      tools::Workload w(t);
+      ASSERT_TRUE(w.to_device().ok());
+      std::string text;
+      const Status forced = describe_plan(w.forward_args(), &text);
+      EXPECT_EQ(forced.code(), StatusCode::invalid_argument) << forced.to_string();
+      EXPECT_NE(forced.message().find(reason), std::string::npos) << forced.message();
+    }
+    // And a problem without a bias, which the plain rows take.
+    s.forward_overrides.kernel = name;
+    tools::Workload w(s);
+    ASSERT_TRUE(w.to_device().ok());
+    std::string text;
+    const Status forced = describe_plan(w.forward_args(), &text);
+    EXPECT_EQ(forced.code(), StatusCode::invalid_argument) << forced.to_string();
+    EXPECT_NE(forced.message().find("problems with a bias only"), std::string::npos) << forced.message();
+  }
+  if (ran == 0) GTEST_SKIP() << "the build has no Hopper bias row";
 }
 
 TEST(CudaForwardSizes, LongSequenceWithDenseBiasNeedsInt64Offsets) {

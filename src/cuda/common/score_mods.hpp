@@ -6,6 +6,7 @@
 #include <cute/tensor.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/mask.hpp"
 #include "cuda/common/bias_tile.hpp"
@@ -56,6 +57,45 @@ __device__ __forceinline__ void add_shared_bias_pairs(ScoreUnits units, const Sh
       } else {
         b = unpack_pair<BiasT>(*reinterpret_cast<const std::uint32_t*>(tile + dr * bias.pitch + dc * 2));
       }
+      s_rc(r, c) = fmaf(s_rc(r, c), units.score, b.x * units.bias);
+      s_rc(r, c + 1) = fmaf(s_rc(r, c + 1), units.score, b.y * units.bias);
+    }
+  }
+}
+
+// A bias tile as the Hopper forward's TMA loads write it (sm90/fwd/traits.hpp's FwdBiasTraits):
+// 16-bit elements of q's dtype, kRows query rows x the key columns in blocks of 64 columns (128
+// bytes a row), each block kRows rows of the 128-byte swizzle (the 16-byte chunk c of row r at
+// chunk c ^ (r % 8)), the tile 1024-byte aligned.
+template <int kRows>
+struct SwizzledBias {
+  const void* tile = nullptr;
+};
+
+// Adds a SwizzledBias tile to the scores of a warpgroup MMA accumulator (m64nN: a thread's columns
+// are 2 * (lane % 4) + 8 j + {0, 1}, so each pair is one 32-bit load from chunk j % 8 of its row's
+// 64-column block): s <- s * units.score + units.bias * bias. The eight rows of a load are eight
+// lanes' (r % 8 apart), so the swizzle puts them on different chunks: no bank conflicts.
+template <class Element, int kTileRows, class ScoresRC, class CoordsRC>
+__device__ __forceinline__ void add_shared_bias_pairs(ScoreUnits units, const SwizzledBias<kTileRows>& bias,
+                                                      ScoresRC& s_rc, const CoordsRC& c_rc) {
+  constexpr int kRows = decltype(size<0>(s_rc))::value;
+  constexpr int kCols = decltype(size<1>(s_rc))::value;
+  constexpr int kBlockCols = 64, kRowBytes = kBlockCols * 2;
+  static_assert(kCols % 2 == 0 && sizeof(Element) == 2);
+  const int row0 = get<0>(c_rc(0, 0));
+  const int col0 = get<1>(c_rc(0, 0));  // 2 * (lane % 4): inside the first 16-byte chunk
+  const int row_swizzle = (row0 % 8) * 16;  // the same for every row of the thread (8 apart)
+  const char* row_base = static_cast<const char*>(bias.tile) + row0 * kRowBytes + col0 * 2;
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int dr = get<0>(c_rc(r, 0)) - row0;  // a constant, a multiple of 8
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; c += 2) {
+      const int dc = get<1>(c_rc(0, c)) - col0;  // a constant, a multiple of 8
+      const int block = dc / kBlockCols, chunk = dc % kBlockCols / 8;
+      const char* at = row_base + block * kTileRows * kRowBytes + dr * kRowBytes + ((chunk * 16) ^ row_swizzle);
+      const float2 b = unpack_pair<Element>(*reinterpret_cast<const std::uint32_t*>(at));
       s_rc(r, c) = fmaf(s_rc(r, c), units.score, b.x * units.bias);
       s_rc(r, c + 1) = fmaf(s_rc(r, c + 1), units.score, b.y * units.bias);
     }
@@ -147,13 +187,14 @@ __device__ __forceinline__ void zero_hidden(const detail::MaskRule& rule, const 
 // column plus compile-time offsets, and its rows the same, so the mask is two 32-bit bounds per
 // row and each element compares a constant against them: no 64-bit index or per-element
 // coordinate stays live across the key loop.
-// With a SharedBias tile the bias comes from shared memory (zero-filled past the sequence).
+// With a SharedBias or SwizzledBias tile the bias comes from shared memory (zero-filled past the
+// sequence).
 // The scores are left in natural units (scale * s + bias: one FFMA per score with bias); the
 // softmax's exp2 FFMA multiplies by log2(e).
-template <class Element, BiasCode kBias, class Scores, class Coords>
+template <class Element, BiasCode kBias, class Scores, class Coords, class TileBias = SharedBias>
 __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const detail::MaskRule& rule,
                                                       const TileOrigin& t, bool masked, Scores& s, const Coords& coord,
-                                                      SharedBias shared_bias = {}) {
+                                                      TileBias shared_bias = {}) {
   Tensor s_rc = rowcol(s);
   Tensor c_rc = rowcol(coord);
   constexpr int kRows = decltype(size<0>(s_rc))::value;
@@ -166,8 +207,12 @@ __device__ __forceinline__ void transform_scores_rows(const FwdParams& p, const 
   constexpr bool kGlobalBias = kBias == BiasCode::global;  // the per-element path below
   const bool tile_bias = kBias == BiasCode::tile && shared_bias.tile != nullptr;
   if (tile_bias) {
-    if (p.bias_is_f32) add_shared_bias_pairs<float>(natural_units(p), shared_bias, s_rc, c_rc);
-    else add_shared_bias_pairs<Element>(natural_units(p), shared_bias, s_rc, c_rc);
+    if constexpr (std::is_same_v<TileBias, SharedBias>) {
+      if (p.bias_is_f32) add_shared_bias_pairs<float>(natural_units(p), shared_bias, s_rc, c_rc);
+      else add_shared_bias_pairs<Element>(natural_units(p), shared_bias, s_rc, c_rc);
+    } else {
+      add_shared_bias_pairs<Element>(natural_units(p), shared_bias, s_rc, c_rc);  // q's dtype only
+    }
   } else {
     const bool has_bias = kGlobalBias && p.bias != nullptr;  // read from global memory
     [[maybe_unused]] const int rows_in = clamp32(t.q_len - base_i), cols_in = clamp32(t.k_len - t.n0 - col0);

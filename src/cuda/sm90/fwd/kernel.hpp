@@ -1,8 +1,9 @@
-// The Hopper forward (sm_90a), plain problems with D, Dv up to kHeadDim: a persistent,
-// warp-specialised kernel. One CTA per SM takes work items (query tiles, heaviest first under a
-// causal mask: tile_scheduler.hpp) as it finishes one, drawn by the producer warpgroup's one
-// thread, which hands them to the consumers and loads Q, K and V by TMA into shared-memory rings
-// (producer.hpp); the consumer warpgroups compute (mainloop.hpp) and write (epilogue.hpp). Registers move from the producer to the consumers
+// The Hopper forward (sm_90a), problems with D, Dv up to kHeadDim (and a bias on FwdBiasTraits
+// rows): a persistent, warp-specialised kernel. One CTA per SM takes work items (query tiles,
+// heaviest first under a causal mask: tile_scheduler.hpp) as it finishes one, drawn by the
+// producer warpgroup's one thread, which hands them to the consumers and loads Q, K, V (and the
+// bias) by TMA into shared-memory rings (producer.hpp); the consumer warpgroups compute
+// (mainloop.hpp) and write (epilogue.hpp). Registers move from the producer to the consumers
 // (setmaxnreg; it needs the register cap of __launch_bounds__(threads, 1)).
 #pragma once
 
@@ -26,6 +27,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(const __gr
     s.k_barriers.init(Traits::kConsumerThreads);
     s.v_barriers.init(Traits::kConsumerThreads);
     s.items.barriers.init(Traits::kConsumerThreads);
+    if constexpr (Traits::kBiasTile) s.bias_barriers.init(Traits::kConsumerThreads);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();

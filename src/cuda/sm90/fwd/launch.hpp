@@ -1,5 +1,5 @@
-// Host side of the Hopper forward (16-bit and fp32 rows): the tensor maps of Q, K and V, the work
-// items' counter cleared, the launch on the persistent grid the scheduler sized (one CTA per SM,
+// Host side of the Hopper forward (16-bit and fp32 rows): the tensor maps of Q, K, V (and the
+// bias), the work items' counter cleared, the launch on the persistent grid the scheduler sized (one CTA per SM,
 // at most one per work item), and the resource report.
 #pragma once
 
@@ -52,12 +52,27 @@ Status forward_tensor_maps(const FwdParams& p, TmaFwdParams* tp) {
                     p.v_row_stride, p.v_head_stride, p.v_batch_stride};
   if (Status s = make_tma_map(q, Traits::kBlockM, &tp->q); !s.ok()) return s;
   if (Status s = make_tma_map(k, Traits::kBlockN, &tp->k); !s.ok()) return s;
-  return make_tma_map(v, Traits::kBlockN, &tp->v);
+  if (Status s = make_tma_map(v, Traits::kBlockN, &tp->v); !s.ok()) return s;
+  if constexpr (Traits::kBiasTile) {
+    // (keys, queries, heads, batch); a broadcast head or batch dimension (stride 0) as one of size 1.
+    if (p.bias == nullptr || p.bias_is_f32 || p.bias_col_stride != 1 || (p.seqlen_q > 1 && p.bias_row_stride == 0))
+      return {StatusCode::internal_error, "sm90 forward: a bias that no tensor map describes reached a bias row"};
+    const TmaTensor bias{p.bias, kDType, p.seqlen_k, p.seqlen_q,
+                         p.bias_head_stride != 0 ? p.heads_q : 1, p.bias_batch_stride != 0 ? p.batch : 1,
+                         p.bias_row_stride, p.bias_head_stride, p.bias_batch_stride};
+    return make_tma_map(bias, Traits::kBlockM, &tp->bias);
+  }
+  return Status::Ok();
 }
 
+// The rows with a bias (kBias | kBiasTile) run the kernel of FwdBiasTraits<Traits>.
 template <class Traits, unsigned kFeatures>
+using FwdRowTraits = std::conditional_t<tiles_bias(kFeatures), FwdBiasTraits<Traits>, Traits>;
+
+template <class Row, unsigned kFeatures>
 Status launch_forward(const FwdParams& p, cudaStream_t stream) {
-  static_assert(kFeatures == kPlain, "the Hopper forward takes plain problems");
+  static_assert(kFeatures == kPlain || kFeatures == (kBias | kBiasTile), "the Hopper forward takes a bias tile or nothing");
+  using Traits = FwdRowTraits<Row, kFeatures>;
   TmaFwdParams tp{};
   tp.p = p;
   if (Status s = forward_tensor_maps<Traits>(p, &tp); !s.ok()) return s;
@@ -71,8 +86,9 @@ Status launch_forward(const FwdParams& p, cudaStream_t stream) {
                      stream);
 }
 
-template <class Traits, unsigned kFeatures>
+template <class Row, unsigned kFeatures>
 Status forward_resources(KernelResources* r) {
+  using Traits = FwdRowTraits<Row, kFeatures>;
   return resources(fwd_kernel<Traits>(), Traits::kThreads, fwd_smem_bytes<Traits>(), r);
 }
 

@@ -4,7 +4,8 @@
 // mask (masked tiles only), the online softmax in registers (softmax.hpp, a quad of lanes per row
 // as in the mma.sync kernels); O += P V with P converted in registers as the A operand, issued
 // right after the next tile's S GEMM so that it runs under that tile's softmax, and the V buffer
-// released when it completes. Each warpgroup owns 64 query rows; the epilogue (epilogue.hpp)
+// released when it completes. On the rows with a bias (FwdBiasTraits) each tile's bias comes from
+// its ring, added with the scale before the mask. Each warpgroup owns 64 query rows; the epilogue (epilogue.hpp)
 // writes them.
 #pragma once
 
@@ -92,6 +93,7 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
   const Tensor tScS = thr_s.partition_C(make_identity_tensor(tile_s));            // (query, key) of each score
   RingPosition<1> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
+  [[maybe_unused]] RingPosition<kBiasStages<Traits>> bias_at;
   const GemmTurns<Traits::kSchedule, Traits::kConsumerWarpgroups> turns{ctid / Traits::kWarpgroupThreads};
   turns.start();
 
@@ -161,8 +163,15 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
       k_at.advance();
 
       const TileOrigin origin{work.b, work.h, m0, std::int64_t(n) * kBlockN, seq.q_len, seq.k_len};
-      if constexpr (!kScaleInSoftmax)
+      if constexpr (Traits::kBiasTile) {
+        s.bias_barriers.wait(bias_at);
+        transform_scores_rows<Element, BiasCode::tile>(p, rule, origin, kMasked, acc_s, tScS,
+                                                       SwizzledBias<kBlockM>{s.bias[bias_at.stage]});
+        s.bias_barriers.release(bias_at);
+        bias_at.advance();
+      } else if constexpr (!kScaleInSoftmax) {
         transform_scores_rows<Element, BiasCode::none>(p, rule, origin, kMasked, acc_s, tScS);
+      }
       Tensor acc_s_rc = rowcol(acc_s);
       float rescale[decltype(size<0>(acc_o_rc))::value];
       softmax.update(acc_s_rc, rescale, kScaleInSoftmax ? p.scale_log2 : kLog2e);
@@ -177,17 +186,20 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
     using First = cute::true_type;
     using Next = cute::false_type;
     // Last to first: the masked tiles at the right edge of the window (and past the keys), the
-    // unmasked ones, then the masked ones at its left edge. A negative (or zero) scale takes the
-    // unmasked tiles through the third loop, with the scale applied before the softmax.
+    // unmasked ones, then the masked ones at its left edge. A negative (or zero) scale, or a bias
+    // (added to the scaled scores), takes the unmasked tiles through the third loop, with the
+    // scale applied before the softmax.
     // The first tile takes the mask code whatever its kind (right for every tile).
     int n = t.last;
     key_tile(n--, KeyTileKind<KeyTile::masked>{}, First{});
     CUTE_NO_UNROLL
     for (; n >= t.first && n > t.full_hi; --n) key_tile(n, KeyTileKind<KeyTile::masked>{}, Next{});
-    if (p.scale_log2 > 0.0f) {
-      CUTE_NO_UNROLL
-      for (; n >= t.first && n >= t.full_lo; --n)
-        key_tile(n, KeyTileKind<KeyTile::unmasked_scale_in_softmax>{}, Next{});
+    if constexpr (!Traits::kBiasTile) {
+      if (p.scale_log2 > 0.0f) {
+        CUTE_NO_UNROLL
+        for (; n >= t.first && n >= t.full_lo; --n)
+          key_tile(n, KeyTileKind<KeyTile::unmasked_scale_in_softmax>{}, Next{});
+      }
     }
     CUTE_NO_UNROLL
     for (; n >= t.first && n >= t.full_lo; --n) key_tile(n, KeyTileKind<KeyTile::unmasked>{}, Next{});

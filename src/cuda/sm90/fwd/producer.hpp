@@ -2,8 +2,9 @@
 // (for_each_drawn_index, pipeline.hpp: each next one once this one's loads are issued, so that a
 // CTA whose items were light takes more; a grid stride had left the causal last wave uneven),
 // hands each to the consumers (the same decode_work and key_tiles, so both sides agree on every
-// load) and issues the TMA loads: for each query tile that sees a key, its Q tile, then K and V
-// tile by tile, last to first as the consumers walk them. A load waits only for its buffer to be
+// load) and issues the TMA loads: for each query tile that sees a key, its Q tile, then K (and the
+// bias of the query tile and key tile, on the rows with one) and V tile by tile, last to first as
+// the consumers walk them. A load waits only for its buffer to be
 // released, so the producer runs up to kStages key tiles ahead; the next work item's loads start
 // once its Q tile's buffer is free (storage.hpp: after the last S GEMM, or after the epilogue).
 #pragma once
@@ -13,6 +14,7 @@
 #include "cuda/common/key_tiles.hpp"
 #include "cuda/common/tile_scheduler.hpp"
 #include "cuda/sm90/fwd/params.hpp"
+#include "cuda/sm90/fwd/traits.hpp"
 #include "cuda/sm90/fwd/work_items.hpp"
 #include "cuda/sm90/pipeline.hpp"
 #include "cuda/sm90/tma_load.hpp"
@@ -28,8 +30,10 @@ __device__ void produce(const TmaFwdParams& tp, Storage& s) {
   cute::prefetch_tma_descriptor(&tp.q);
   cute::prefetch_tma_descriptor(&tp.k);
   cute::prefetch_tma_descriptor(&tp.v);
+  if constexpr (Traits::kBiasTile) cute::prefetch_tma_descriptor(&tp.bias);
   RingPosition<1> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
+  [[maybe_unused]] RingPosition<kBiasStages<Traits>> bias_at;
   const auto one_thread = [](std::int64_t drawn) { return drawn; };
   for_each_drawn_index(p.items_drawn, p.num_blocks, s.items, true, one_thread, [&](std::int64_t index) {
     FwdItemTiles it;
@@ -46,6 +50,13 @@ __device__ void produce(const TmaFwdParams& tp, Storage& s) {
       load_tile<kBlockN, kHeadDim>(&tp.k, s.k_barriers.acquire(k_at, Traits::kTileBytesKV), s.k[k_at.stage], row,
                                    hk, batch);
       k_at.advance();
+      if constexpr (Traits::kBiasTile) {
+        // A broadcast head or batch dimension is one of size 1 in the bias's map.
+        const int bias_h = p.bias_head_stride != 0 ? work.h : 0, bias_b = p.bias_batch_stride != 0 ? batch : 0;
+        load_tile<kBlockM, kBlockN>(&tp.bias, s.bias_barriers.acquire(bias_at, Traits::kTileBytesBias),
+                                    s.bias[bias_at.stage], int(it.m0), bias_h, bias_b, n * kBlockN);
+        bias_at.advance();
+      }
       load_tile<kBlockN, kHeadDim>(&tp.v, s.v_barriers.acquire(v_at, Traits::kTileBytesKV), s.v[v_at.stage], row,
                                    hk, batch);
       v_at.advance();

@@ -1,6 +1,6 @@
-// The Hopper forward's shared memory: the Q tile, the K and V rings, the output tile, their
-// barriers, and the ring of work items. Every tile starts at a 1024-byte boundary, the period of the 128-byte swizzle that TMA
-// writes and wgmma reads.
+// The Hopper forward's shared memory: the Q tile, the K and V rings (and the bias ring of the rows
+// with a bias), the output tile, their barriers, and the ring of work items. Every tile starts at a
+// 1024-byte boundary, the period of the 128-byte swizzle that TMA writes and wgmma reads.
 //
 // The output tile has its own space where the SM's 227 KB allow it (kSeparateOutput): then the Q
 // tile is released as soon as the work item's last S GEMM completes, and the next item's Q and
@@ -14,8 +14,17 @@
 
 namespace memattn::cuda::sm90 {
 
+// The bias ring of FwdBiasTraits rows; nothing (an empty base) in the others.
+template <class Traits, bool = Traits::kBiasTile>
+struct FwdBiasRing {};
 template <class Traits>
-struct FwdTiles {
+struct FwdBiasRing<Traits, true> {
+  alignas(1024) typename Traits::Element bias[Traits::kBiasStages][Traits::kTileElemsBias];
+  RingBarriers<Traits::kBiasStages> bias_barriers;
+};
+
+template <class Traits>
+struct FwdTiles : FwdBiasRing<Traits> {
   using Element = typename Traits::Element;
   alignas(1024) Element q[Traits::kTileElemsQ];
   alignas(1024) Element k[Traits::kStages][Traits::kTileElemsKV];

@@ -40,6 +40,7 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;    // keys per tile
   static constexpr int kStages = kStages_;    // K and V buffers each
   static constexpr ConsumerSchedule kSchedule = kSchedule_;
+  static constexpr bool kBiasTile = false;  // FwdBiasTraits below says true
   static_assert(kHeadDim % kTmaBoxCols<Element> == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
 
   static constexpr int kWarpgroupThreads = 128;
@@ -71,5 +72,27 @@ struct FwdTraits {
                            GMMA::Major::MN>(),
       WarpgroupsAlongM{}));
 };
+
+// A forward row with a bias (kBias | kBiasTile rows): each (query tile, key tile)'s bias arrives by
+// TMA in a ring of its own, in the 128-byte-swizzled K-major layout of the Q tile (64-column boxes
+// of kBlockM rows; score_mods.hpp's SwizzledBias reads it). Two stages: the producer loads tile
+// n + 1's bias while the consumers add tile n's.
+template <class Base>
+struct FwdBiasTraits : Base {
+  static constexpr bool kBiasTile = true;
+  static constexpr int kBiasStages = 2;
+  static_assert(Base::kBlockN % kTmaBoxCols<typename Base::Element> == 0, "the bias tile is whole TMA boxes");
+  static constexpr int kTileElemsBias = Base::kBlockM * Base::kBlockN;
+  static constexpr std::uint32_t kTileBytesBias = kTileElemsBias * sizeof(typename Base::Element);
+};
+
+// The stages of a row's bias ring (1 where it has none: a ring position that nothing advances).
+template <class Traits>
+constexpr int bias_stages() {
+  if constexpr (Traits::kBiasTile) return Traits::kBiasStages;
+  else return 1;
+}
+template <class Traits>
+inline constexpr int kBiasStages = bias_stages<Traits>();
 
 }  // namespace memattn::cuda::sm90
