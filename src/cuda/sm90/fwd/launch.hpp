@@ -34,21 +34,24 @@ constexpr auto fwd_kernel() {
   else return forward_kernel<Traits>;
 }
 
-// The maps of Q, K and V as the producer addresses them: (column, row, head, batch). The rows
-// end at the sequence's length, so a box past it arrives as zeros (fixed lengths only: select.cpp).
+// The maps of Q, K and V as the producer addresses them: (column, row, head, batch), a packed
+// variable-length batch as one batch of all its rows. A box past the tensor's rows arrives as zeros;
+// one past a packed sequence's keys brings in the next rows, whose V the consumers zero
+// (mainloop.hpp's zero_v_rows).
 template <class Traits>
 Status forward_tensor_maps(const FwdParams& p, TmaFwdParams* tp) {
   using Element = typename Traits::Element;
   constexpr DType kDType = std::is_same_v<Element, cute::bfloat16_t> ? DType::bf16
                            : std::is_same_v<Element, cute::half_t>   ? DType::f16
                                                                      : DType::f32;
-  if (p.seqstart_q != nullptr)
-    return {StatusCode::internal_error, "sm90 forward: a variable-length problem reached a TMA row"};
-  const TmaTensor q{p.q, kDType, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
-                    p.q_row_stride, p.q_head_stride, p.q_batch_stride};
-  const TmaTensor k{p.k, kDType, p.head_dim, p.seqlen_k, p.heads_k, p.batch,
-                    p.k_row_stride, p.k_head_stride, p.k_batch_stride};
-  const TmaTensor v{p.v, kDType, p.head_dim_v, p.seqlen_k, p.heads_k, p.batch,
+  const bool varlen = p.seqstart_q != nullptr;
+  if (varlen && kTf32x3Forward<Traits>)
+    return {StatusCode::internal_error, "sm90 forward: a variable-length problem reached a 3xTF32 TMA row"};
+  const std::int64_t q_rows = varlen ? p.packed_q : p.seqlen_q, k_rows = varlen ? p.packed_k : p.seqlen_k;
+  const std::int64_t batch = varlen ? 1 : p.batch;
+  const TmaTensor q{p.q, kDType, p.head_dim, q_rows, p.heads_q, batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride};
+  const TmaTensor k{p.k, kDType, p.head_dim, k_rows, p.heads_k, batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride};
+  const TmaTensor v{p.v, kDType, p.head_dim_v, k_rows, p.heads_k, batch,
                     p.v_row_stride, p.v_head_stride, p.v_batch_stride};
   if (Status s = make_tma_map(q, Traits::kBlockM, &tp->q); !s.ok()) return s;
   if (Status s = make_tma_map(k, Traits::kBlockN, &tp->k); !s.ok()) return s;

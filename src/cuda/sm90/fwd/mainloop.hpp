@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
 
 #include <cstdint>
 
@@ -77,6 +78,32 @@ struct GemmTurns {
   }
 };
 
+// Named barrier of every consumer thread, after the epilogue's and the turns' (one per warpgroup each).
+template <int kWarpgroups>
+inline constexpr int kConsumersBarrier = kWarpgroupBarrier + 2 * kWarpgroups;
+
+// Variable lengths: a key tile's box runs on past the sequence's keys into the rows after them
+// (the next sequence's, or past seqused_k), whose scores the mask hides; but P V would still
+// multiply them by 0, and 0 x V is NaN where V holds NaN or inf. So the consumers zero V's rows
+// from `first_row` on (whole 128-byte rows of each 64-column block: the swizzle only moves 16-byte
+// chunks within a row) once the tile has landed, and publish the zeros to the tensor cores before
+// any warpgroup's P V reads them. Only the item's first tile (its last, walked first) can cross.
+template <class Traits>
+__device__ __forceinline__ void zero_v_rows(typename Traits::Element* v_tile, int first_row, int ctid) {
+  constexpr int kBlockN = Traits::kBlockN, kBoxCols = kTmaBoxCols<typename Traits::Element>;
+  constexpr int kChunksPerRow = kBoxCols * int(sizeof(typename Traits::Element)) / 16;
+  constexpr int kBlocks = Traits::kHeadDim / kBoxCols;
+  const int chunks = (kBlockN - first_row) * kBlocks * kChunksPerRow;
+  for (int i = ctid; i < chunks; i += Traits::kConsumerThreads) {
+    const int row = first_row + i / (kBlocks * kChunksPerRow);
+    const int block = i / kChunksPerRow % kBlocks, chunk = i % kChunksPerRow;
+    *reinterpret_cast<uint4*>(v_tile + (block * kBlockN + row) * kBoxCols + chunk * (16 / sizeof(*v_tile))) =
+        make_uint4(0, 0, 0, 0);
+  }
+  publish_smem_writes();
+  cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kConsumersBarrier<Traits::kConsumerWarpgroups>);
+}
+
 // ctid: the thread's index among the consumer threads.
 template <class Traits>
 __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int ctid) {
@@ -110,6 +137,10 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
     softmax.init();
     const detail::MaskRule rule = mask_rule(p, seq);
     s.q_barriers.wait(q_at);
+    if (p.seqstart_k != nullptr && seq.k_len < std::int64_t(t.last + 1) * kBlockN) {
+      s.v_barriers.wait(v_at);  // again before its P V: a completed phase passes at once
+      zero_v_rows<Traits>(s.v[v_at.stage], int(seq.k_len - std::int64_t(t.last) * kBlockN), ctid);
+    }
 
     // The P of the last tile seen, the register A operand of its P V, which is issued under the
     // next tile's S GEMM and completes during the next tile's softmax: the tensor cores run P V
