@@ -10,7 +10,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "cuda/backend.hpp"
@@ -215,11 +214,11 @@ bool fits(const Row& k, const Need& n, std::string* why) {
   // The Hopper backward orders its dQ reductions when asked (sm90/bwd/dq_writer.hpp); the other
   // rows with atomics cannot.
   if (n.deterministic && k.atomics && !k.tma) return no([] { return std::string("uses atomics (not deterministic)"); });
-  // A TMA box stops only at the tensor's end: in a packed batch a sequence's last key tile brings
-  // in the rows after its keys (past seqused_k, or the next sequence's), and 0 x V is NaN where
-  // they hold NaN or inf, while such keys must be seen by nothing. The 16-bit Hopper forward zeroes
-  // those V rows in shared memory (sm90/fwd/mainloop.hpp); the other TMA rows do not.
-  if (k.tma && n.varlen && (std::is_same_v<Row, BackwardKernel> || k.math == Math::tf32x3))
+  // A TMA box stops only at the tensor's end: in a packed batch a sequence's last tile brings in
+  // the rows after it (past seqused_k, or the next sequence's), and 0 x NaN is NaN where they hold
+  // NaN or inf, while such rows must be seen by nothing. The 16-bit Hopper forward and backward
+  // zero those rows in shared memory (sm90/fwd/mainloop.hpp, sm90/bwd/); the fp32 rows do not.
+  if (k.tma && n.varlen && k.math == Math::tf32x3)
     return no([] {
       return std::string("TMA boxes cross a packed sequence's end: variable lengths run on the other rows");
     });

@@ -323,6 +323,44 @@ TEST(CudaBackwardPersistent, EveryDrawnItemMatchesTheReference) {
   if (ran == 0) GTEST_SKIP() << "the build has no warp-specialised backward row";
 }
 
+// The warp-specialised Hopper rows, forced, on packed variable-length batches: sequences longer and
+// shorter than a tile, without queries or keys, seqused_k below a sequence's keys, both causal
+// alignments and none, default and `deterministic` (dQ in key-tile order, per sequence); NaN in
+// every row of q and dout outside the sequences and every K and V row no sequence's keys use (the
+// Q, dO, K and V boxes run on into them; the kernel zeroes them in shared memory).
+TEST(CudaBackwardHopper, VariableLengthsMatchTheReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (current_gpu().arch != 90) GTEST_SKIP() << "the warp-specialised backward rows run on sm_90 only";
+  int ran = 0;
+  for (const KernelInfo& k : list_kernels()) {
+    const std::string& row = k.name;
+    if (row.compare(0, 9, "bwd_sm90_") != 0 || row.find("_tma_") == std::string::npos) continue;
+    for (const Mask& mask : {Mask::none(), Mask::causal(Alignment::bottom_right), Mask::causal()}) {
+      for (const bool deterministic : {false, true}) {
+        tools::ProblemSpec s;
+        s.varlen_q = {300, 0, 77, 129, 20};
+        s.varlen_k = {264, 50, 0, 200, 136};
+        s.seqused_k = {200, 17, 0, 131, 136};
+        s.varlen_outside = 5;
+        s.heads_q = 4;
+        s.heads_k = 2;
+        s.head_dim = s.head_dim_v = row.find("_d64_") != std::string::npos ? 64 : 128;
+        s.dtype = row.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
+        s.mask = mask;
+        s.deterministic = deterministic;
+        s.backend = Backend::cuda;
+        s.backward_overrides.kernel = row;
+        SCOPED_TRACE(row);
+        CheckOptions options;
+        options.nan_outside_sequences = true;
+        check_case(s, options);
+        ++ran;
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "the build has no warp-specialised backward row";
+}
+
 // Bit-identical gradients run after run (the kernels own their output rows: no atomics).
 TEST(CudaBackwardDeterminism, TwentyRunsAreBitIdentical) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

@@ -9,19 +9,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <string>
 #include <vector>
 
-#include "core/numeric.hpp"
 #include "cuda/device.hpp"
 #include "memattn/attention.hpp"
 #include "memattn/kernels.hpp"
 #include "support/cases.hpp"
 #include "support/check.hpp"
 #include "support/dropout_masks.hpp"
-#include "support/seed.hpp"
-#include "workload/verify.hpp"
 
 namespace memattn::testing {
 namespace {
@@ -337,33 +333,6 @@ TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
   if (ran == 0) GTEST_SKIP() << "the build has no Hopper bias row";
 }
 
-// NaN into every packed row of K and V that no sequence's keys use (before the first sequence,
-// past seqused_k, after the last) and every row of Q outside the sequences: rows that a tile's box
-// brings in past a sequence's end must change nothing.
-void poison_rows_outside_sequences(tools::Workload& w) {
-  const tools::ProblemSpec& s = w.spec();
-  const auto poison = [&](tools::Tensor t, const std::vector<std::int32_t>& lens,
-                          const std::vector<std::int32_t>& used) {
-    tools::Buffer& b = w.host(t);
-    std::vector<bool> in(std::size_t(b.view.sizes[1]), false);
-    std::int64_t start = s.varlen_outside;
-    for (std::size_t i = 0; i < lens.size(); ++i) {
-      for (std::int64_t r = start; r < start + (used.empty() ? lens[i] : used[i]); ++r) in[std::size_t(r)] = true;
-      start += lens[i];
-    }
-    for (std::int64_t r = 0; r < b.view.sizes[1]; ++r) {
-      if (in[std::size_t(r)]) continue;
-      for (std::int64_t h = 0; h < b.view.sizes[2]; ++h)
-        for (std::int64_t e = 0; e < b.view.sizes[3]; ++e)
-          detail::store_float(b.bytes.data(), b.view.dtype, r * b.view.strides[1] + h * b.view.strides[2] + e,
-                              std::numeric_limits<float>::quiet_NaN());
-    }
-  };
-  poison(tools::Tensor::q, s.varlen_q, {});
-  poison(tools::Tensor::k, s.varlen_k, s.seqused_k);
-  poison(tools::Tensor::v, s.varlen_k, s.seqused_k);
-}
-
 // The 16-bit Hopper forward rows, forced, on packed variable-length batches: sequences longer
 // and shorter than a tile, without queries or keys, seqused_k below a sequence's keys, both causal
 // alignments and none, a bias on the bias rows; the rows outside the sequences hold NaN (a key
@@ -392,26 +361,11 @@ TEST(CudaForwardHopper, VariableLengthsMatchTheReference) {
       s.mask = mask;
       s.backend = Backend::cuda;
       s.forward_overrides.kernel = name;
-      SCOPED_TRACE(name + ": " + s.describe());
-      const std::uint64_t seed = next_seed();
-      SCOPED_TRACE("inputs from seed " + std::to_string(seed) + ": replay with " + replay_hint());
-      tools::Workload w(s);
-      w.fill_inputs(seed);
-      poison_rows_outside_sequences(w);
-      ASSERT_TRUE(w.to_device().ok());
-      w.poison_outputs();
-      reference::ForwardResult ref;
-      ASSERT_TRUE(tools::forward_reference(w, {}, {}, &ref).ok());
-      const Status fs = forward(w.forward_args());
-      ASSERT_TRUE(fs.ok()) << fs.to_string();
-      ASSERT_TRUE(w.copy_outputs_to_host().ok());
-      tools::VerifyReport report;
-      tools::check_forward(w, {}, ref, &report);
-      EXPECT_EQ(report.lines.size(), 2u);  // out, lse
-      for (const tools::CheckLine& line : report.lines)
-        EXPECT_TRUE(line.pass()) << line.name << ": max abs " << line.error.max_abs << ", relative "
-                                 << line.error.rel_l2 << " (tolerance " << line.tolerance << "), " << line.error.bad
-                                 << " bad";
+      SCOPED_TRACE(name);
+      CheckOptions options;
+      options.backward = false;
+      options.nan_outside_sequences = true;
+      check_case(s, options);
       ++ran;
     }
   }

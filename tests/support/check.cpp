@@ -7,7 +7,9 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
+#include "core/numeric.hpp"
 #include "memattn/reference.hpp"
 #include "support/naive.hpp"
 
@@ -74,6 +76,28 @@ double lse_error(const std::vector<double>& got, const std::vector<double>& ref)
   return ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0;
 }
 
+
+// CheckOptions::nan_outside_sequences: NaN into the packed rows of `t` outside [start, start +
+// used) of every sequence (`lens` its rows, `used` the used ones: all where empty).
+void nan_outside(tools::Workload& w, tools::Tensor t, const std::vector<std::int32_t>& lens,
+                 const std::vector<std::int32_t>& used) {
+  if (!w.has(t)) return;
+  tools::Buffer& b = w.host(t);
+  std::vector<bool> inside(std::size_t(b.view.sizes[1]), false);
+  std::int64_t start = w.spec().varlen_outside;
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    for (std::int64_t r = start; r < start + (used.empty() ? lens[i] : used[i]); ++r) inside[std::size_t(r)] = true;
+    start += lens[i];
+  }
+  for (std::int64_t r = 0; r < b.view.sizes[1]; ++r) {
+    if (inside[std::size_t(r)]) continue;
+    for (std::int64_t h = 0; h < b.view.sizes[2]; ++h)
+      for (std::int64_t e = 0; e < b.view.sizes[3]; ++e)
+        detail::store_float(b.bytes.data(), b.view.dtype, r * b.view.strides[1] + h * b.view.strides[2] + e,
+                            std::numeric_limits<float>::quiet_NaN());
+  }
+}
+
 }  // namespace
 
 // With MEMATTN_TEST_VERBOSE=1, prints how long each phase of a check takes.
@@ -95,6 +119,12 @@ void check_case(const tools::ProblemSpec& spec, const CheckOptions& options) {
   SCOPED_TRACE("inputs from seed " + std::to_string(seed) + ": replay with " + replay_hint());
   tools::Workload w(spec);
   w.fill_inputs(seed);
+  if (options.nan_outside_sequences && spec.varlen()) {
+    nan_outside(w, tools::Tensor::q, spec.varlen_q, {});
+    nan_outside(w, tools::Tensor::dout, spec.varlen_q, {});
+    nan_outside(w, tools::Tensor::k, spec.varlen_k, spec.seqused_k);
+    nan_outside(w, tools::Tensor::v, spec.varlen_k, spec.seqused_k);
+  }
   phase("inputs");
   if (spec.backend == Backend::cuda) ASSERT_TRUE(w.to_device().ok());
   w.poison_outputs();

@@ -20,6 +20,10 @@ struct CheckOptions {
   double naive_factor = 2;
   // Skip (with the library's reason) when the backend has no backward kernel for the problem.
   bool skip_unsupported_backward = false;
+  // Variable lengths: NaN in every packed row of q and dout outside the sequences and every row of
+  // k and v no sequence's keys use (past seqused_k too), which must change nothing: a kernel whose
+  // tiles run on past a sequence's end must keep those rows out of every result.
+  bool nan_outside_sequences = false;
 };
 
 void check_case(const tools::ProblemSpec& spec, const CheckOptions& options = {});

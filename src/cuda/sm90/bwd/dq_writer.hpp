@@ -48,12 +48,12 @@ struct DqTurn {
     previous_rows_end = end;
   }
 
-  // Waits for the turn at the query tile from row m0 of head h, adds the staged tile, and names
-  // this key tile once the reduction has landed.
+  // Waits for the turn at the query tile from row m0 of head h of sequence b, adds the staged
+  // tile, and names this key tile once the reduction has landed.
   template <int kHeadDim>
-  __device__ __forceinline__ void add(const BwdParams& p, const SequenceInfo& seq, int h, std::int64_t m0,
+  __device__ __forceinline__ void add(const BwdParams& p, int b, const SequenceInfo& seq, int h, std::int64_t m0,
                                       const float* stage) const {
-    int* word = p.dq_order + (seq.batch * p.heads_q + h) * p.dq_order_tiles + m0 / kBlockM;
+    int* word = p.dq_order + (std::int64_t(b) * p.heads_q + h) * p.dq_order_tiles + m0 / kBlockM;
     const int turn = m0 < previous_rows_end ? n_block : 0;
     while (load_acquire(word) != turn) __nanosleep(32);
     asm volatile("fence.proxy.async.global;" ::: "memory");  // the reduction (async proxy) after the acquire
@@ -77,7 +77,7 @@ __device__ void write_dq_in_order(const BwdParams& p, BwdSharedStorage<Traits>& 
     StepPos step_at = w.steps.template start<kOrder>();
     for (int step = 0; step < w.steps.count; ++step, step_at = w.steps.template after<kOrder>(step_at)) {
       s.dq_handoff.barriers.wait(at);
-      turn.template add<kHeadDim>(p, w.seq, step_at.h, step_at.m0, s.dq[at.stage]);
+      turn.template add<kHeadDim>(p, w.tile.b, w.seq, step_at.h, step_at.m0, s.dq[at.stage]);
       s.dq_handoff.barriers.release(at);
       at.advance();
     }

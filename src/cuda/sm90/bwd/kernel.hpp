@@ -1,8 +1,8 @@
-// The Hopper backward (sm_90a), plain problems of fixed lengths with D, Dv up to kHeadDim: a
-// persistent, warp-specialised one-pass backward. One CTA per SM draws work items (key tiles) as
-// it finishes one (tile_scheduler.hpp), so that the next item's Q and dO load during the last
-// one's final steps and no CTA is launched per item. Two producer warps load K and V, and Q, dO
-// (TMA) and the row statistics (producer.hpp); the consumer warpgroups compute dK, dV and each
+// The Hopper backward (sm_90a), plain problems (fixed or variable lengths) with D, Dv up to
+// kHeadDim: a persistent, warp-specialised one-pass backward. One CTA per SM draws work items (key
+// tiles) as it finishes one (tile_scheduler.hpp), so that the next item's Q and dO load during the
+// last one's final steps and no CTA is launched per item. Two producer warps load K and V, and Q,
+// dO (TMA) and the row statistics (producer.hpp); the consumer warpgroups compute dK, dV and each
 // step's dQ, which leaves by bulk reductions into the fp32 workspace (mainloop.hpp, dq_out.hpp;
 // `deterministic`: by a third producer warp, in key-tile order, dq_writer.hpp), then write dK and
 // dV (epilogue.hpp).
@@ -30,6 +30,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
     s.kv_barriers.init(Traits::kConsumerThreads);
     // The TMA lane's arrival with the bytes, and every producer lane's after its statistics.
     s.q_barriers.init(Traits::kConsumerThreads, 1 + Traits::kProducerThreads);
+    FullBarrier::init(&s.q_landed, 1);  // the TMA lane's arrival with the bytes
     // Read by the consumers and the K and V thread (and the dQ writer: deterministic).
     s.items.barriers.init(Traits::kConsumerThreads + (kAdds == DqAdds::key_tile_order ? 2 : 1));
     if constexpr (kAdds == DqAdds::key_tile_order) s.dq_handoff.init(Traits::kConsumerThreads);

@@ -18,20 +18,21 @@ namespace memattn::cuda::sm90 {
 template <class Traits>
 constexpr int kBwdSmemBytes = int(sizeof(BwdSharedStorage<Traits>));
 
-// The maps as the producer addresses them: (column, row, head, batch); a box past the sequence's
-// rows or the head dim arrives as zeros (fixed lengths only: select.cpp).
+// The maps as the producer addresses them: (column, row, head, batch), a packed variable-length
+// batch as one batch of all its rows. A box past the tensor's rows or the head dim arrives as
+// zeros; one past a packed sequence's rows brings in the next rows, which the kernel zeroes
+// (producer.hpp: Q and dO; mainloop.hpp: K and V).
 template <class Traits>
 Status backward_tensor_maps(const BwdParams& p, TmaBwdParams* tp) {
   constexpr DType kDType = std::is_same_v<typename Traits::Element, cute::bfloat16_t> ? DType::bf16 : DType::f16;
-  if (p.seqstart_q != nullptr)
-    return {StatusCode::internal_error, "sm90 backward: a variable-length problem reached a TMA row"};
-  const TmaTensor q{p.q, kDType, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
-                    p.q_row_stride, p.q_head_stride, p.q_batch_stride};
-  const TmaTensor dout{p.dout, kDType, p.head_dim_v, p.seqlen_q, p.heads_q, p.batch,
+  const bool varlen = p.seqstart_q != nullptr;
+  const std::int64_t q_rows = varlen ? p.packed_q : p.seqlen_q, k_rows = varlen ? p.packed_k : p.seqlen_k;
+  const std::int64_t batch = varlen ? 1 : p.batch;
+  const TmaTensor q{p.q, kDType, p.head_dim, q_rows, p.heads_q, batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride};
+  const TmaTensor dout{p.dout, kDType, p.head_dim_v, q_rows, p.heads_q, batch,
                        p.do_row_stride, p.do_head_stride, p.do_batch_stride};
-  const TmaTensor k{p.k, kDType, p.head_dim, p.seqlen_k, p.heads_k, p.batch,
-                    p.k_row_stride, p.k_head_stride, p.k_batch_stride};
-  const TmaTensor v{p.v, kDType, p.head_dim_v, p.seqlen_k, p.heads_k, p.batch,
+  const TmaTensor k{p.k, kDType, p.head_dim, k_rows, p.heads_k, batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride};
+  const TmaTensor v{p.v, kDType, p.head_dim_v, k_rows, p.heads_k, batch,
                     p.v_row_stride, p.v_head_stride, p.v_batch_stride};
   if (Status s = make_tma_map(q, Traits::kBlockM, &tp->q); !s.ok()) return s;
   if (Status s = make_tma_map(dout, Traits::kBlockM, &tp->dout); !s.ok()) return s;

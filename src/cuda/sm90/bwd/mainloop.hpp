@@ -29,6 +29,7 @@
 #include "cuda/sm90/bwd/storage.hpp"
 #include "cuda/sm90/bwd/tile_scheduler.hpp"
 #include "cuda/sm90/gmma.hpp"
+#include "cuda/sm90/tma_load.hpp"
 
 namespace memattn::cuda::sm90 {
 
@@ -73,6 +74,14 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
     std::int64_t visible_begin = 0, visible_end = 0;
     rule.rows_seeing_all(t.n0, t.n0 + kBlockN, &visible_begin, &visible_end);
     s.kv_barriers.wait(kv_at);
+    // A packed variable-length batch: the K and V boxes ran on past the sequence's keys into the
+    // next rows, whose dS is 0 but 0 x NaN in K is not (dQ += dS K): zeroed before any GEMM.
+    if (p.seqstart_k != nullptr && t.keys < kBlockN) {
+      zero_tile_rows<kBlockN, kHeadDim>(s.k, t.keys, ctid, Traits::kConsumerThreads);
+      zero_tile_rows<kBlockN, kHeadDim>(s.v, t.keys, ctid, Traits::kConsumerThreads);
+      publish_smem_writes();
+      consumers_sync<Traits>();
+    }
 
     StepPos at = t.template start<kAdds>();
     for (int step = 0; step < t.count; ++step, at = t.template after<kAdds>(at)) {

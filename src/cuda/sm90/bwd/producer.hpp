@@ -5,6 +5,11 @@
 // a buffer is free, up to kStages steps ahead and across items, with the step's LSE (base 2, +inf
 // past the sequence, so that those rows' P is 0) and delta loaded by its lanes into the same ring
 // buffer, each lane arriving on its barrier after its stores.
+//
+// A packed variable-length batch: a query tile's box runs on past its sequence's rows into the
+// next rows, where P is 0 but 0 x NaN in Q or dO is not (dK += dS^T Q, dV += P^T dO). There the Q
+// and dO boxes land on a barrier of the producer warp's own, whose lanes zero those rows and
+// publish the zeros before arriving on the ring's barrier.
 #pragma once
 
 #include <cmath>
@@ -14,6 +19,7 @@
 #include "cuda/sm90/bwd/params.hpp"
 #include "cuda/sm90/bwd/storage.hpp"
 #include "cuda/sm90/bwd/tile_scheduler.hpp"
+#include "cuda/sm90/gmma.hpp"
 #include "cuda/sm90/tma_load.hpp"
 
 namespace memattn::cuda::sm90 {
@@ -48,6 +54,7 @@ __device__ void produce_queries(const TmaBwdParams& tp, BwdSharedStorage<Traits>
     cute::prefetch_tma_descriptor(&tp.dout);
   }
   RingPosition<Traits::kStages> q_at;
+  std::uint32_t landed_phase = 0;  // of s.q_landed
   for_each_drawn_item<kBlockM, kBlockN, kAdds>(p, s.items, lane, [&](const BwdWorkItem<kBlockM>& w) {
     const SequenceInfo& seq = w.seq;
     const KeyTileSteps<kBlockM>& t = w.steps;
@@ -55,13 +62,29 @@ __device__ void produce_queries(const TmaBwdParams& tp, BwdSharedStorage<Traits>
     for (int step = 0; step < t.count; ++step, at = t.template after<kAdds>(at)) {
       const int stage = q_at.stage;
       const std::int64_t q_row = seq.q_begin + at.m0;
-      s.q_barriers.wait_free(q_at);
-      if (lane == 0) {
-        std::uint64_t* full = s.q_barriers.expect(q_at, 2 * Traits::kTileBytesQ);
-        load_tile<kBlockM, kHeadDim>(&tp.q, full, s.q[stage], int(q_row), at.h, int(seq.batch));
-        load_tile<kBlockM, kHeadDim>(&tp.dout, full, s.dout[stage], int(q_row), at.h, int(seq.batch));
-      }
       const int rows = int(min(std::int64_t(kBlockM), seq.q_len - at.m0));
+      const bool crosses = p.seqstart_q != nullptr && rows < kBlockM;  // into the next sequence's rows
+      s.q_barriers.wait_free(q_at);
+      if (!crosses) {
+        if (lane == 0) {
+          std::uint64_t* full = s.q_barriers.expect(q_at, 2 * Traits::kTileBytesQ);
+          load_tile<kBlockM, kHeadDim>(&tp.q, full, s.q[stage], int(q_row), at.h, int(seq.batch));
+          load_tile<kBlockM, kHeadDim>(&tp.dout, full, s.dout[stage], int(q_row), at.h, int(seq.batch));
+        }
+      } else {
+        if (lane == 0) {
+          FullBarrier::arrive_and_expect_tx(&s.q_landed, 2 * Traits::kTileBytesQ);
+          load_tile<kBlockM, kHeadDim>(&tp.q, &s.q_landed, s.q[stage], int(q_row), at.h, int(seq.batch));
+          load_tile<kBlockM, kHeadDim>(&tp.dout, &s.q_landed, s.dout[stage], int(q_row), at.h, int(seq.batch));
+        }
+        FullBarrier::wait(&s.q_landed, landed_phase);
+        zero_tile_rows<kBlockM, kHeadDim>(s.q[stage], rows, lane, Traits::kProducerThreads);
+        zero_tile_rows<kBlockM, kHeadDim>(s.dout[stage], rows, lane, Traits::kProducerThreads);
+        publish_smem_writes();
+        __syncwarp();  // every lane past the wait before lane 0 arms the barrier again
+        landed_phase ^= 1;
+        if (lane == 0) s.q_barriers.arrive(q_at);  // in place of the arrival that announced the bytes
+      }
       const float* lse = lse_at(p, seq.batch, q_row, at.h);
       const float* delta = delta_at(p, seq.batch, q_row, at.h);
       for (int r = lane; r < kBlockM; r += Traits::kProducerThreads) {

@@ -25,6 +25,9 @@ struct BwdSharedStorage {
   float delta[kStages][Traits::kBlockM];
   RingBarriers<1> kv_barriers;
   RingBarriers<kStages> q_barriers;  // Q and dO by TMA, the statistics by the producer warp's lanes
+  // Variable lengths: where Q and dO land when their box crosses the sequence's end, before the
+  // producer warp zeroes the rows past it (producer.hpp).
+  std::uint64_t q_landed;
   // The work items, from the query producer (which draws them) to the K and V producer and the
   // consumers: one slot more than the Q ring has stages (the drawer runs up to kStages steps
   // ahead of the consumers).

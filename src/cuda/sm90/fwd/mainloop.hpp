@@ -26,6 +26,7 @@
 #include "cuda/sm90/fwd/traits.hpp"
 #include "cuda/sm90/fwd/work_items.hpp"
 #include "cuda/sm90/gmma.hpp"
+#include "cuda/sm90/tma_load.hpp"
 
 namespace memattn::cuda::sm90 {
 
@@ -80,28 +81,18 @@ struct GemmTurns {
 
 // Named barrier of every consumer thread, after the epilogue's and the turns' (one per warpgroup each).
 template <int kWarpgroups>
-inline constexpr int kConsumersBarrier = kWarpgroupBarrier + 2 * kWarpgroups;
+inline constexpr int kFwdConsumersBarrier = kWarpgroupBarrier + 2 * kWarpgroups;
 
 // Variable lengths: a key tile's box runs on past the sequence's keys into the rows after them
 // (the next sequence's, or past seqused_k), whose scores the mask hides; but P V would still
 // multiply them by 0, and 0 x V is NaN where V holds NaN or inf. So the consumers zero V's rows
-// from `first_row` on (whole 128-byte rows of each 64-column block: the swizzle only moves 16-byte
-// chunks within a row) once the tile has landed, and publish the zeros to the tensor cores before
+// from `first_row` on once the tile has landed, and publish the zeros to the tensor cores before
 // any warpgroup's P V reads them. Only the item's first tile (its last, walked first) can cross.
 template <class Traits>
 __device__ __forceinline__ void zero_v_rows(typename Traits::Element* v_tile, int first_row, int ctid) {
-  constexpr int kBlockN = Traits::kBlockN, kBoxCols = kTmaBoxCols<typename Traits::Element>;
-  constexpr int kChunksPerRow = kBoxCols * int(sizeof(typename Traits::Element)) / 16;
-  constexpr int kBlocks = Traits::kHeadDim / kBoxCols;
-  const int chunks = (kBlockN - first_row) * kBlocks * kChunksPerRow;
-  for (int i = ctid; i < chunks; i += Traits::kConsumerThreads) {
-    const int row = first_row + i / (kBlocks * kChunksPerRow);
-    const int block = i / kChunksPerRow % kBlocks, chunk = i % kChunksPerRow;
-    *reinterpret_cast<uint4*>(v_tile + (block * kBlockN + row) * kBoxCols + chunk * (16 / sizeof(*v_tile))) =
-        make_uint4(0, 0, 0, 0);
-  }
+  zero_tile_rows<Traits::kBlockN, Traits::kHeadDim>(v_tile, first_row, ctid, Traits::kConsumerThreads);
   publish_smem_writes();
-  cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kConsumersBarrier<Traits::kConsumerWarpgroups>);
+  cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kFwdConsumersBarrier<Traits::kConsumerWarpgroups>);
 }
 
 // ctid: the thread's index among the consumer threads.
