@@ -118,14 +118,13 @@ bool tma_loadable(const TensorRef& t) {
                                 t.strides[2], t.strides[0]});
 }
 
-// Whether a tensor map describes the bias as (keys, queries, heads, batch), a broadcast head or
-// batch dimension as one of size 1: q's dtype, tileable rows, and a query dimension that is not
-// broadcast (a box of query rows would read rows past the one there is).
+// Whether a tensor map describes the bias as (keys, queries, heads, batch), a broadcast dimension
+// of the first three as one of size 1: q's dtype and tileable rows.
 bool bias_tma_loadable(const TensorRef& bias, const detail::Problem& p) {
-  if (bias.dtype != p.dtype || !bias_tileable(bias, p) || (p.bias_broadcast[2] && p.seqlen_q > 1)) return false;
-  return sm90::tma_describable({bias.data, bias.dtype, p.seqlen_k, p.seqlen_q, p.bias_broadcast[1] ? 1 : p.heads_q,
-                                p.bias_broadcast[0] ? 1 : p.batch, bias.strides[2], bias.strides[1],
-                                bias.strides[0]});
+  if (bias.dtype != p.dtype || !bias_tileable(bias, p)) return false;
+  return sm90::tma_describable({bias.data, bias.dtype, p.seqlen_k, p.bias_broadcast[2] ? 1 : p.seqlen_q,
+                                p.bias_broadcast[1] ? 1 : p.heads_q, p.bias_broadcast[0] ? 1 : p.batch,
+                                bias.strides[2], bias.strides[1], bias.strides[0]});
 }
 
 template <class Row>
@@ -234,7 +233,7 @@ bool fits(const Row& k, const Need& n, std::string* why) {
   if (k.tma && n.bias && !n.bias_tma_loadable)
     return no([] {
       return std::string("bias by TMA needs a bias of q's dtype with unit key stride, 16-byte aligned rows and pointer, "
-                         "and no broadcast over queries or keys");
+                         "and no broadcast over keys");
     });
   if (n.smem_per_block > 0)
     if (const int bytes = row_smem_bytes(k); bytes > n.smem_per_block)

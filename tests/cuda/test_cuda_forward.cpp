@@ -248,12 +248,12 @@ TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
 }
 
 // The Hopper forward's bias rows (each key tile's bias by TMA: sm90/fwd/traits.hpp's
-// FwdBiasTraits), forced, on every bias they take: dense, broadcast over the batch or the heads,
-// one query row of a row-broadcast bias; under no mask, both causal alignments (Mq above and below
-// Mk: fully masked rows), a window, GQA, head dims below the bucket. A bias no tensor map
-// describes (fp32, broadcast over the queries, rows of 150 keys: 300 bytes) is refused by the
-// forced row before any launch, saying why, and runs on another row by default. Skipped where the
-// build has no bias row or the GPU is not an sm_90.
+// FwdBiasTraits), forced, on every bias they take: dense, broadcast over the batch, the heads or
+// the queries (a key-padding bias, as [B, H, 1, Mk] and expanded with a stride of 0); under no
+// mask, both causal alignments (Mq above and below Mk: fully masked rows), a window, GQA, head
+// dims below the bucket. A bias no tensor map describes (fp32, broadcast over the keys, rows of 150
+// keys: 300 bytes) is refused by the forced row before any launch, saying why, and runs on another
+// row by default. Skipped where the build has no bias row or the GPU is not an sm_90.
 TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (current_gpu().arch != 90) GTEST_SKIP() << "not an sm_90 GPU";
@@ -263,6 +263,7 @@ TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
     int heads_q, heads_k;
     BiasKind bias;
     Mask mask;
+    bool expanded = false;  // broadcast dimensions at full size with a stride of 0
   };
   const Case cases[] = {
       {150, 200, 2, 2, BiasKind::dense, Mask::none()},
@@ -271,6 +272,8 @@ TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
       {264, 136, 2, 2, BiasKind::dense, Mask::causal(Alignment::bottom_right)},  // rows that see no key
       {200, 256, 2, 2, BiasKind::dense, Mask::window(30, 7, Alignment::top_left)},
       {1, 520, 4, 2, BiasKind::row, Mask::none()},
+      {150, 264, 4, 2, BiasKind::row, Mask::causal(Alignment::bottom_right)},
+      {300, 200, 2, 2, BiasKind::row, Mask::none(), true},
   };
   int ran = 0;
   for (const KernelInfo& k : list_kernels()) {
@@ -288,6 +291,7 @@ TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
         s.head_dim = s.head_dim_v = d;
         s.dtype = name.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
         s.bias = tools::bias_pattern(c.bias);
+        s.bias_expanded = c.expanded;
         s.mask = c.mask;
         s.backend = Backend::cuda;
         s.forward_overrides.kernel = name;
@@ -307,10 +311,11 @@ TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
     s.backend = Backend::cuda;
     for (int variant = 0; variant < 3; ++variant) {
       tools::ProblemSpec t = s;
-      t.bias = tools::bias_pattern(variant == 1 ? BiasKind::row : BiasKind::dense);
+      t.bias = tools::bias_pattern(BiasKind::dense);
       t.bias_f32 = variant == 0;
+      if (variant == 1) t.bias = tools::BiasPattern{false, false, false, true};  // over the keys
       if (variant == 2) t.seqlen_k = 150;  // rows of 300 bytes: no bias tile takes them
-      const char* reason = variant == 2 ? "bias tile needs" : "bias by TMA needs";
+      const char* reason = variant == 0 ? "bias by TMA needs" : "bias tile needs";
       SCOPED_TRACE(name + " refuses " + t.describe());
       check_case(t, {false});  // by default on another row
       t.forward_overrides.kernel = name;

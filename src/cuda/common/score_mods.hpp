@@ -66,16 +66,19 @@ __device__ __forceinline__ void add_shared_bias_pairs(ScoreUnits units, const Sh
 // A bias tile as the Hopper forward's TMA loads write it (sm90/fwd/traits.hpp's FwdBiasTraits):
 // 16-bit elements of q's dtype, kRows query rows x the key columns in blocks of 64 columns (128
 // bytes a row), each block kRows rows of the 128-byte swizzle (the 16-byte chunk c of row r at
-// chunk c ^ (r % 8)), the tile 1024-byte aligned.
+// chunk c ^ (r % 8)), the tile 1024-byte aligned. A bias broadcast over the queries has its one
+// row first (`one_row`: every query reads it).
 template <int kRows>
 struct SwizzledBias {
   const void* tile = nullptr;
+  bool one_row = false;
 };
 
 // Adds a SwizzledBias tile to the scores of a warpgroup MMA accumulator (m64nN: a thread's columns
 // are 2 * (lane % 4) + 8 j + {0, 1}, so each pair is one 32-bit load from chunk j % 8 of its row's
 // 64-column block): s <- s * units.score + units.bias * bias. The eight rows of a load are eight
-// lanes' (r % 8 apart), so the swizzle puts them on different chunks: no bank conflicts.
+// lanes' (r % 8 apart), so the swizzle puts them on different chunks: no bank conflicts (one row
+// read by all: a broadcast).
 template <class Element, int kTileRows, class ScoresRC, class CoordsRC>
 __device__ __forceinline__ void add_shared_bias_pairs(ScoreUnits units, const SwizzledBias<kTileRows>& bias,
                                                       ScoresRC& s_rc, const CoordsRC& c_rc) {
@@ -83,18 +86,19 @@ __device__ __forceinline__ void add_shared_bias_pairs(ScoreUnits units, const Sw
   constexpr int kCols = decltype(size<1>(s_rc))::value;
   constexpr int kBlockCols = 64, kRowBytes = kBlockCols * 2;
   static_assert(kCols % 2 == 0 && sizeof(Element) == 2);
-  const int row0 = get<0>(c_rc(0, 0));
+  const int row0 = bias.one_row ? 0 : get<0>(c_rc(0, 0));
+  const int row_step = bias.one_row ? 0 : kRowBytes;  // bytes per row of the thread's rows (8 apart)
   const int col0 = get<1>(c_rc(0, 0));  // 2 * (lane % 4): inside the first 16-byte chunk
   const int row_swizzle = (row0 % 8) * 16;  // the same for every row of the thread (8 apart)
   const char* row_base = static_cast<const char*>(bias.tile) + row0 * kRowBytes + col0 * 2;
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
-    const int dr = get<0>(c_rc(r, 0)) - row0;  // a constant, a multiple of 8
+    const int dr = get<0>(c_rc(r, 0)) - get<0>(c_rc(0, 0));  // a constant, a multiple of 8
     CUTE_UNROLL
     for (int c = 0; c < kCols; c += 2) {
       const int dc = get<1>(c_rc(0, c)) - col0;  // a constant, a multiple of 8
       const int block = dc / kBlockCols, chunk = dc % kBlockCols / 8;
-      const char* at = row_base + block * kTileRows * kRowBytes + dr * kRowBytes + ((chunk * 16) ^ row_swizzle);
+      const char* at = row_base + block * kTileRows * kRowBytes + dr * row_step + ((chunk * 16) ^ row_swizzle);
       const float2 b = unpack_pair<Element>(*reinterpret_cast<const std::uint32_t*>(at));
       s_rc(r, c) = fmaf(s_rc(r, c), units.score, b.x * units.bias);
       s_rc(r, c + 1) = fmaf(s_rc(r, c + 1), units.score, b.y * units.bias);

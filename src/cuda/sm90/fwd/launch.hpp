@@ -57,10 +57,10 @@ Status forward_tensor_maps(const FwdParams& p, TmaFwdParams* tp) {
   if (Status s = make_tma_map(k, Traits::kBlockN, &tp->k); !s.ok()) return s;
   if (Status s = make_tma_map(v, Traits::kBlockN, &tp->v); !s.ok()) return s;
   if constexpr (Traits::kBiasTile) {
-    // (keys, queries, heads, batch); a broadcast head or batch dimension (stride 0) as one of size 1.
-    if (p.bias == nullptr || p.bias_is_f32 || p.bias_col_stride != 1 || (p.seqlen_q > 1 && p.bias_row_stride == 0))
+    // (keys, queries, heads, batch); a broadcast dimension (stride 0) as one of size 1.
+    if (p.bias == nullptr || p.bias_is_f32 || p.bias_col_stride != 1)
       return {StatusCode::internal_error, "sm90 forward: a bias that no tensor map describes reached a bias row"};
-    const TmaTensor bias{p.bias, kDType, p.seqlen_k, p.seqlen_q,
+    const TmaTensor bias{p.bias, kDType, p.seqlen_k, p.bias_row_stride != 0 ? p.seqlen_q : 1,
                          p.bias_head_stride != 0 ? p.heads_q : 1, p.bias_batch_stride != 0 ? p.batch : 1,
                          p.bias_row_stride, p.bias_head_stride, p.bias_batch_stride};
     return make_tma_map(bias, Traits::kBlockM, &tp->bias);

@@ -188,7 +188,7 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
       if constexpr (Traits::kBiasTile) {
         s.bias_barriers.wait(bias_at);
         transform_scores_rows<Element, BiasCode::tile>(p, rule, origin, kMasked, acc_s, tScS,
-                                                       SwizzledBias<kBlockM>{s.bias[bias_at.stage]});
+                                                       SwizzledBias<kBlockM>{s.bias[bias_at.stage], p.bias_row_stride == 0});
         s.bias_barriers.release(bias_at);
         bias_at.advance();
       } else if constexpr (!kScaleInSoftmax) {

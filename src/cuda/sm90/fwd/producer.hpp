@@ -51,11 +51,13 @@ __device__ void produce(const TmaFwdParams& tp, Storage& s) {
                                    hk, batch);
       k_at.advance();
       if constexpr (Traits::kBiasTile) {
-        // A broadcast head or batch dimension is one of size 1 in the bias's map; with variable
-        // lengths the bias's batch dimension is the sequence's.
+        // A broadcast dimension is one of size 1 in the bias's map (a query-broadcast bias lands as
+        // the tile's first row, the rest zeros); with variable lengths the bias's batch dimension
+        // is the sequence's.
         const int bias_h = p.bias_head_stride != 0 ? work.h : 0, bias_b = p.bias_batch_stride != 0 ? work.b : 0;
+        const int bias_row = p.bias_row_stride != 0 ? int(it.m0) : 0;
         load_tile<kBlockM, kBlockN>(&tp.bias, s.bias_barriers.acquire(bias_at, Traits::kTileBytesBias),
-                                    s.bias[bias_at.stage], int(it.m0), bias_h, bias_b, n * kBlockN);
+                                    s.bias[bias_at.stage], bias_row, bias_h, bias_b, n * kBlockN);
         bias_at.advance();
       }
       load_tile<kBlockN, kHeadDim>(&tp.v, s.v_barriers.acquire(v_at, Traits::kTileBytesKV), s.v[v_at.stage], row,
