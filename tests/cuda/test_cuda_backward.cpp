@@ -337,14 +337,7 @@ TEST(CudaBackwardHopper, VariableLengthsMatchTheReference) {
     if (row.compare(0, 9, "bwd_sm90_") != 0 || row.find("_tma_") == std::string::npos) continue;
     for (const Mask& mask : {Mask::none(), Mask::causal(Alignment::bottom_right), Mask::causal()}) {
       for (const bool deterministic : {false, true}) {
-        tools::ProblemSpec s;
-        s.varlen_q = {300, 0, 77, 129, 20};
-        s.varlen_k = {264, 50, 0, 200, 136};
-        s.seqused_k = {200, 17, 0, 131, 136};
-        s.varlen_outside = 5;
-        s.heads_q = 4;
-        s.heads_k = 2;
-        s.head_dim = s.head_dim_v = row.find("_d64_") != std::string::npos ? 64 : 128;
+        tools::ProblemSpec s = packed_sequences(row.find("_d64_") != std::string::npos ? 64 : 128);
         s.dtype = row.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
         s.mask = mask;
         s.deterministic = deterministic;

@@ -275,9 +275,20 @@ TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
       {150, 264, 4, 2, BiasKind::row, Mask::causal(Alignment::bottom_right)},
       {300, 200, 2, 2, BiasKind::row, Mask::none(), true},
   };
+  std::string name;  // the row under test
+  // The row `name`, forced, refuses the problem before any launch with `reason`.
+  const auto expect_refused = [&](tools::ProblemSpec t, const char* reason) {
+    t.forward_overrides.kernel = name;
+    tools::Workload w(t);
+    ASSERT_TRUE(w.to_device().ok());
+    std::string text;
+    const Status forced = describe_plan(w.forward_args(), &text);
+    EXPECT_EQ(forced.code(), StatusCode::invalid_argument) << forced.to_string();
+    EXPECT_NE(forced.message().find(reason), std::string::npos) << forced.message();
+  };
   int ran = 0;
   for (const KernelInfo& k : list_kernels()) {
-    const std::string& name = k.name;
+    name = k.name;
     if (name.compare(0, 9, "fwd_sm90_") != 0 || name.find("_tma_btile_") == std::string::npos) continue;
     const int bucket = std::stoi(name.substr(name.find("_d") + 2));
     for (const int d : {bucket, bucket - 24}) {
@@ -315,25 +326,11 @@ TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
       t.bias_f32 = variant == 0;
       if (variant == 1) t.bias = tools::BiasPattern{false, false, false, true};  // over the keys
       if (variant == 2) t.seqlen_k = 150;  // rows of 300 bytes: no bias tile takes them
-      const char* reason = variant == 0 ? "bias by TMA needs" : "bias tile needs";
       SCOPED_TRACE(name + " refuses " + t.describe());
       check_case(t, {false});  // by default on another row
-      t.forward_overrides.kernel = name;
-      tools::Workload w(t);
-      ASSERT_TRUE(w.to_device().ok());
-      std::string text;
-      const Status forced = describe_plan(w.forward_args(), &text);
-      EXPECT_EQ(forced.code(), StatusCode::invalid_argument) << forced.to_string();
-      EXPECT_NE(forced.message().find(reason), std::string::npos) << forced.message();
+      expect_refused(t, variant == 0 ? "bias by TMA needs" : "bias tile needs");
     }
-    // And a problem without a bias, which the plain rows take.
-    s.forward_overrides.kernel = name;
-    tools::Workload w(s);
-    ASSERT_TRUE(w.to_device().ok());
-    std::string text;
-    const Status forced = describe_plan(w.forward_args(), &text);
-    EXPECT_EQ(forced.code(), StatusCode::invalid_argument) << forced.to_string();
-    EXPECT_NE(forced.message().find("problems with a bias only"), std::string::npos) << forced.message();
+    expect_refused(s, "problems with a bias only");  // no bias: the plain rows take it
   }
   if (ran == 0) GTEST_SKIP() << "the build has no Hopper bias row";
 }
@@ -353,14 +350,7 @@ TEST(CudaForwardHopper, VariableLengthsMatchTheReference) {
       continue;
     const bool bias = name.find("_btile_") != std::string::npos;
     for (const Mask& mask : {Mask::none(), Mask::causal(Alignment::bottom_right), Mask::causal()}) {
-      tools::ProblemSpec s;
-      s.varlen_q = {300, 0, 77, 129, 20};
-      s.varlen_k = {264, 50, 0, 200, 136};
-      s.seqused_k = {200, 17, 0, 131, 136};
-      s.varlen_outside = 5;
-      s.heads_q = 4;
-      s.heads_k = 2;
-      s.head_dim = s.head_dim_v = std::stoi(name.substr(name.find("_d") + 2));
+      tools::ProblemSpec s = packed_sequences(std::stoi(name.substr(name.find("_d") + 2)));
       s.dtype = name.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
       if (bias) s.bias = tools::bias_pattern(tools::BiasKind::dense);
       s.mask = mask;

@@ -18,6 +18,18 @@ tools::ProblemSpec problem_shape(std::int64_t b, std::int64_t mq, std::int64_t m
   return s;
 }
 
+tools::ProblemSpec packed_sequences(std::int64_t head_dim) {
+  tools::ProblemSpec s;
+  s.varlen_q = {300, 0, 77, 129, 20};
+  s.varlen_k = {264, 50, 0, 200, 136};
+  s.seqused_k = {200, 17, 0, 131, 136};
+  s.varlen_outside = 5;
+  s.heads_q = 4;
+  s.heads_k = 2;
+  s.head_dim = s.head_dim_v = head_dim;
+  return s;
+}
+
 namespace {
 
 tools::ProblemSpec base() {

@@ -23,6 +23,11 @@ struct NamedCase {
 tools::ProblemSpec problem_shape(std::int64_t batch, std::int64_t seqlen_q, std::int64_t seqlen_k, std::int64_t heads_q,
                                  std::int64_t heads_k, std::int64_t head_dim, std::int64_t head_dim_v);
 
+// A packed variable-length batch (bf16, no mask: tests set the rest) whose sequences meet 128-row
+// tiles every way: longer and shorter than a tile, without queries, without keys, seqused_k below
+// a sequence's keys, rows outside the sequences; heads 4 / 2, D = Dv = head_dim.
+tools::ProblemSpec packed_sequences(std::int64_t head_dim);
+
 // The cases with the given dtype and backend. With the environment variable
 // MEMATTN_TEST_KERNEL=<row>, the CUDA cases force that kernel-table row on its pass
 // (Options::overrides.kernel of the forward for a fwd_ row, of the backward for a bwd_ row): a

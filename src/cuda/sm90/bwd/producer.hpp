@@ -65,18 +65,14 @@ __device__ void produce_queries(const TmaBwdParams& tp, BwdSharedStorage<Traits>
       const int rows = int(min(std::int64_t(kBlockM), seq.q_len - at.m0));
       const bool crosses = p.seqstart_q != nullptr && rows < kBlockM;  // into the next sequence's rows
       s.q_barriers.wait_free(q_at);
-      if (!crosses) {
-        if (lane == 0) {
-          std::uint64_t* full = s.q_barriers.expect(q_at, 2 * Traits::kTileBytesQ);
-          load_tile<kBlockM, kHeadDim>(&tp.q, full, s.q[stage], int(q_row), at.h, int(seq.batch));
-          load_tile<kBlockM, kHeadDim>(&tp.dout, full, s.dout[stage], int(q_row), at.h, int(seq.batch));
-        }
-      } else {
-        if (lane == 0) {
-          FullBarrier::arrive_and_expect_tx(&s.q_landed, 2 * Traits::kTileBytesQ);
-          load_tile<kBlockM, kHeadDim>(&tp.q, &s.q_landed, s.q[stage], int(q_row), at.h, int(seq.batch));
-          load_tile<kBlockM, kHeadDim>(&tp.dout, &s.q_landed, s.dout[stage], int(q_row), at.h, int(seq.batch));
-        }
+      if (lane == 0) {
+        std::uint64_t* full = &s.q_landed;
+        if (crosses) FullBarrier::arrive_and_expect_tx(full, 2 * Traits::kTileBytesQ);
+        else full = s.q_barriers.expect(q_at, 2 * Traits::kTileBytesQ);
+        load_tile<kBlockM, kHeadDim>(&tp.q, full, s.q[stage], int(q_row), at.h, int(seq.batch));
+        load_tile<kBlockM, kHeadDim>(&tp.dout, full, s.dout[stage], int(q_row), at.h, int(seq.batch));
+      }
+      if (crosses) {
         FullBarrier::wait(&s.q_landed, landed_phase);
         zero_tile_rows<kBlockM, kHeadDim>(s.q[stage], rows, lane, Traits::kProducerThreads);
         zero_tile_rows<kBlockM, kHeadDim>(s.dout[stage], rows, lane, Traits::kProducerThreads);
