@@ -16,7 +16,7 @@ ctest --test-dir build-test --output-on-failure -j "$(nproc)"
 if [[ ${MEMATTN_PYTHON_TESTS:-1} != 0 ]]; then
   scripts/python_tests.sh
 fi
-# The CPU test suite under ASan+UBSan (GCC and clang) and bounded fuzz runs (issue 30 #4);
+# The CPU test suite under ASan+UBSan (GCC and clang) and bounded fuzz runs;
 # MEMATTN_SANITIZERS=0 skips them for a quick local run (CI runs everything).
 if [[ ${MEMATTN_SANITIZERS:-1} != 0 ]]; then
   scripts/sanitizers.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Backward error against logit scale (issue 30, case 16): memattn beside SDPA's backends.
+"""Backward error against logit scale: memattn beside SDPA's backends.
 
 For fp32, fp16 and bf16 and logits of size 1 to 1e5 (unit-normal q, k, v, dout with
 scale = L / sqrt(D), so that the scores have standard deviation about L), and q, k of magnitude

@@ -9,7 +9,7 @@
 // Then the forward's rounding of a score cancels in S - LSE: a row with one dominant key has
 // sum 1, LSE = its score exactly, and P = exp(0) = 1 in the backward as in the forward. Any
 // difference (the forward in base 2 with LSE converted to the natural log, or S scaled differently
-// in the two passes, as before issue 30 case 16) leaves S - LSE off by a few roundings of |S|, about
+// in the two passes, as the backends once did) leaves S - LSE off by a few roundings of |S|, about
 // |S| 2^-24 each: dV was off by 1.4e-2 relative at scores of 1e5 in fp32. What remains is the
 // float32 LSE's own rounding on rows whose sum is not 1 (|LSE| 2^-24 at most).
 #pragma once

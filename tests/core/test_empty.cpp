@@ -1,4 +1,4 @@
-// Defined results at the legal edges (issue 30 #1, #6, #8, #9, #14, the library's part): empty
+// Defined results at the legal edges (the library's part; the op's are in tests/python): empty
 // problems return at once with defined outputs, null data pointers are allowed for tensors with
 // zero elements, D = 0 is refused by name, packed rows outside every sequence give out 0, LSE -inf
 // and zero gradients, windows of any size are exact, and non-finite inputs propagate as float64

@@ -81,7 +81,7 @@ TEST(Validation, DtypeMismatch) {
   expect_rejected([](ForwardArgs& a) { a.lse.dtype = DType::bf16; }, nullptr, "lse: dtype");
   expect_rejected([](ForwardArgs& a) { a.bias.dtype = DType::f16; }, nullptr, "bias: dtype");
   expect_rejected([](ForwardArgs& a) { a.q.dtype = DType(7); }, nullptr, "unknown dtype");
-  // With f32 q, "the dtype of q" and f32 are one choice: the message offers it once (issue 30 #11).
+  // With f32 q, "the dtype of q" and f32 are one choice: the message offers it once.
   tools::ProblemSpec f32 = good_spec();
   f32.dtype = DType::f32;
   f32.bias_f32 = true;

@@ -1,6 +1,6 @@
-"""Property tests of the PyTorch op (issue 30, deliverable 4): hypothesis draws problems on CPU
+"""Property tests of the PyTorch op: hypothesis draws problems on CPU
 tensors and every result is compared with float64 math attention written out below: out, LSE
-and the gradients of q, k, v and the bias. The draws reach the edges the issue lists: empty
+and the gradients of q, k, v and the bias. The draws reach the hostile edges: empty
 sizes (B, Mq, Mk, H = 0), GQA/MQA, causal masks and windows in both alignments including sides up
 to int64's maximum, bias broadcasts of every rank (dense, size-1 dimensions, expanded stride-0
 leaves, boolean masks), variable lengths with rows and keys outside every sequence, seqused_k and

@@ -1,6 +1,6 @@
 """The PyTorch op: outputs and gradients against torch math attention in float64 for every feature
 and dtype, gradcheck in float64, opcheck, torch.compile without graph breaks, dropout
-reproducibility, the SDPA layout, double backward, and errors; then the edges of issue 30 (empty
+reproducibility, the SDPA layout, double backward, and errors; then the hostile edges (empty
 problems, expanded bias leaves, varlen arrays, hostile arguments, memory refusals), each a
 regression test named after what it pins. CPU tensors always; CUDA tensors where a GPU is present
 (a pass the CUDA backend does not have yet is skipped with the library's reason). Every test runs
@@ -325,17 +325,17 @@ def test_bias_leaf_gets_the_gradient_of_each_of_its_elements(device, given, expa
     (dict(alignment="middle"), "alignment"),
     (dict(bias=torch.randn(1, 2, 5, 4)), "bias: dimension 2"),
     (dict(q=torch.randn(4, 2, 8)), "4-d"),
-    # issue 30 #9: D = 0 is refused by the library (it was a ZeroDivisionError computing 1/sqrt(D))
+    # D = 0 is refused by the library (it was a ZeroDivisionError computing 1/sqrt(D))
     (dict(q=torch.randn(1, 4, 2, 0), k=torch.randn(1, 4, 2, 0)), r"q: head dim D = 0 is outside \[1, 65536\]"),
     (dict(v=torch.randn(1, 4, 2, 0)), r"v: head dim Dv = 0 is outside \[1, 65536\]"),
-    # issue 30 #11: a window beyond int64 was a pybind signature dump
+    # a window beyond int64 was a pybind signature dump
     (dict(window=(2**64, 0)), r"window left .*must be an int in \[0, 2\^63 - 1\], got 18446744073709551616"),
     (dict(window=(None, -(2**70))), r"window right .*must be an int in \[0, 2\^63 - 1\]"),
     (dict(window=5), r"window must be \(left, right\)"),
     (dict(window=(3, 2), causal=True), "causal=True means window right = 0"),
-    # issue 30 #11: the library's message for a float64 bias with float32 q
+    # the library's message for a float64 bias with float32 q
     (dict(bias=torch.randn(1, 2, 4, 4, dtype=torch.float64)), "bias: dtype f64 must be f32"),
-    # issue 30 #12: silently accepted before (the string parsed as a float, the bools read as 1 and 0)
+    # silently accepted before (the string parsed as a float, the bools read as 1 and 0)
     (dict(scale="0.5"), r"scale must be a real number \(int or float\), got '0.5'"),
     (dict(window=(True, False)), r"window left .*got True"),
     (dict(window=(1.5, None)), r"window left .*got 1.5"),
@@ -494,12 +494,12 @@ def test_fake_implementation_refuses_what_the_library_refuses():
 
 
 @pytest.mark.parametrize("args, error, message", [
-    # issue 30 #7: the size product overflowed to 0 and the fill wrote past the buffer (SIGSEGV)
+    # the size product overflowed to 0 and the fill wrote past the buffer (SIGSEGV)
     ((1, 0, 2**32, 2**32, 1, 1, 0.5), ValueError, r"batch \* heads_q = 4294967296 \* 4294967296 exceeds 2\^32"),
     ((1, 0, 2**16, 2**16, 2**32, 2**34, 0.5), MemoryError, r"needs 2\^?\d+|needs \d+ bytes on cpu; \d+ are available"),
     ((1, 0, 2**16, 2**16, 2**10, 1, 0.5), MemoryError, r"\[65536, 65536, 1024, 1\] \(torch.bool\) needs 4398046511104 "
                                                        r"bytes on cpu; \d+ are available"),
-    # issue 30 #12: p = -0.5 was accepted
+    # p = -0.5 was accepted
     ((1, 0, 1, 1, 2, 2, -0.5), ValueError, r"p must be in \[0, 1\), got -0.5"),
     ((1, 0, 1, 1, 2, 2, True), ValueError, "p must be a real number"),
     ((1, 2**32, 1, 1, 2, 2, 0.5), ValueError, r"offset .*must be an int in \[0, 2\^32 - 1\], got 4294967296"),
@@ -621,13 +621,13 @@ def test_strided_seqstarts_are_read_as_given(device):
 
 
 @pytest.mark.parametrize("varlen, message", [
-    # issue 30 #3: half a description was accepted as full attention across the sequences
+    # half a description was accepted as full attention across the sequences
     (dict(seqstart_k=[0, 4, 11]), "varlen.seqstart_q: is missing, but varlen.seqstart_k is given"),
     (dict(seqused_k=[4, 3]), "varlen.seqstart_q: is missing, but varlen.seqused_k is given"),
     (dict(seqstart_q=[0, 3, 10]), "varlen.seqstart_k: is missing"),
     (dict(seqstart_q=[], seqstart_k=[0, 4, 11]), "varlen.seqstart_q: has 0 elements"),
     (dict(seqstart_q=[0, 3, 10], seqstart_k=[]), "varlen.seqstart_k: has 0 elements; it must have 3"),
-    # issue 30 #2: arrays shorter than B + 1 / B were read past their end
+    # arrays shorter than B + 1 / B were read past their end
     (dict(seqstart_q=[0, 3, 10], seqstart_k=[0, 4]), "varlen.seqstart_k: has 2 elements; it must have 3"),
     (dict(seqstart_q=[0, 3, 10], seqstart_k=[0, 4, 11], seqused_k=[4]), "varlen.seqused_k: has 1 elements; it must have 2"),
     (dict(seqstart_q=[0, 3, 10], seqstart_k=[0, 4, 11], seqused_k=[]), "varlen.seqused_k: has 0 elements; it must have 2"),

@@ -76,7 +76,6 @@ double lse_error(const std::vector<double>& got, const std::vector<double>& ref)
   return ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0;
 }
 
-
 // CheckOptions::nan_outside_sequences: NaN into the packed rows of `t` outside [start, start +
 // used) of every sequence (`lens` its rows, `used` the used ones: all where empty).
 void nan_outside(tools::Workload& w, tools::Tensor t, const std::vector<std::int32_t>& lens,
