@@ -300,9 +300,7 @@ TEST(CudaBackwardPersistent, EveryDrawnItemMatchesTheReference) {
   constexpr std::int64_t kBatch = 2, kKeyTiles = 3, kSeqlenK = (kKeyTiles - 1) * 128 + 77;
   const std::int64_t heads_k = (3 * sms + kBatch * kKeyTiles - 1) / (kBatch * kKeyTiles);
   int ran = 0;
-  for (const KernelInfo& k : list_kernels()) {
-    const std::string& row = k.name;
-    if (row.compare(0, 9, "bwd_sm90_") != 0 || row.find("_tma_") == std::string::npos) continue;
+  for (const std::string& row : rows_named("bwd_sm90_", "_tma_")) {
     const int head_dim = row.find("_d64_") != std::string::npos ? 64 : 128;
     const DType dtype = row.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
     const bool top_left = dtype == DType::bf16;
@@ -332,9 +330,7 @@ TEST(CudaBackwardHopper, VariableLengthsMatchTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (current_gpu().arch != 90) GTEST_SKIP() << "the warp-specialised backward rows run on sm_90 only";
   int ran = 0;
-  for (const KernelInfo& k : list_kernels()) {
-    const std::string& row = k.name;
-    if (row.compare(0, 9, "bwd_sm90_") != 0 || row.find("_tma_") == std::string::npos) continue;
+  for (const std::string& row : rows_named("bwd_sm90_", "_tma_")) {
     for (const Mask& mask : {Mask::none(), Mask::causal(Alignment::bottom_right), Mask::causal()}) {
       for (const bool deterministic : {false, true}) {
         tools::ProblemSpec s = packed_sequences(row.find("_d64_") != std::string::npos ? 64 : 128);
@@ -377,9 +373,7 @@ TEST(CudaBackwardDeterminism, HopperRowsAddDqInKeyTileOrder) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (current_gpu().arch != 90) GTEST_SKIP() << "the warp-specialised backward rows run on sm_90 only";
   int ran = 0;
-  for (const KernelInfo& k : list_kernels()) {
-    const std::string& row = k.name;
-    if (row.compare(0, 9, "bwd_sm90_") != 0 || row.find("_tma_") == std::string::npos) continue;
+  for (const std::string& row : rows_named("bwd_sm90_", "_tma_")) {
     const int head_dim = row.find("_d64_") != std::string::npos ? 64 : 128;
     const bool bf16 = row.find("_bf16_") != std::string::npos;
     struct Case {

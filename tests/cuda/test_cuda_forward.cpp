@@ -215,24 +215,23 @@ TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
   const auto number_after = [](const std::string& name, const char* tag) {
     return std::stoi(name.substr(name.find(tag) + std::char_traits<char>::length(tag)));
   };
-  for (const KernelInfo& k : list_kernels()) {
-    if (k.name.compare(0, 9, "fwd_sm90_") != 0 || k.name.find("_tma_") == std::string::npos) continue;
-    const DType dtype = k.name.find("_bf16_") != std::string::npos   ? DType::bf16
-                        : k.name.find("_fp16_") != std::string::npos ? DType::f16
+  for (const std::string& name : rows_named("fwd_sm90_", "_tma_")) {
+    const DType dtype = name.find("_bf16_") != std::string::npos   ? DType::bf16
+                        : name.find("_fp16_") != std::string::npos ? DType::f16
                                                                      : DType::f32;
     const bool top_left = dtype == DType::bf16;
     tools::ProblemSpec s;
     s.batch = kBatch;
-    s.seqlen_q = (kQueryTiles - 1) * number_after(k.name, "_m") + 77;
+    s.seqlen_q = (kQueryTiles - 1) * number_after(name, "_m") + 77;
     s.seqlen_k = 168;
     s.heads_q = s.heads_k = heads;
-    s.head_dim = s.head_dim_v = number_after(k.name, "_d");
+    s.head_dim = s.head_dim_v = number_after(name, "_d");
     s.mask = Mask::causal(top_left ? Alignment::top_left : Alignment::bottom_right);
     s.dtype = dtype;
     s.backend = Backend::cuda;
-    s.forward_overrides.kernel = k.name;
+    s.forward_overrides.kernel = name;
     // The bias rows (..._btile_vec_bias) take bias problems only: dense, or broadcast over heads.
-    if (k.name.size() > 5 && k.name.compare(k.name.size() - 5, 5, "_bias") == 0)
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, "_bias") == 0)
       s.bias = tools::bias_pattern(top_left ? tools::BiasKind::dense : tools::BiasKind::broadcast_heads);
     CheckOptions options;
     options.backward = false;
@@ -240,7 +239,7 @@ TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
       s.precision = Precision::tf32x3;
       options.naive_factor = 3;
     }
-    SCOPED_TRACE(k.name + ": " + s.describe());
+    SCOPED_TRACE(name + ": " + s.describe());
     check_case(s, options);
     ++ran;
   }
@@ -287,9 +286,8 @@ TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
     EXPECT_NE(forced.message().find(reason), std::string::npos) << forced.message();
   };
   int ran = 0;
-  for (const KernelInfo& k : list_kernels()) {
-    name = k.name;
-    if (name.compare(0, 9, "fwd_sm90_") != 0 || name.find("_tma_btile_") == std::string::npos) continue;
+  for (const std::string& row : rows_named("fwd_sm90_", "_tma_btile_")) {
+    name = row;
     const int bucket = std::stoi(name.substr(name.find("_d") + 2));
     for (const int d : {bucket, bucket - 24}) {
       for (const Case& c : cases) {
@@ -343,11 +341,8 @@ TEST(CudaForwardHopper, VariableLengthsMatchTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (current_gpu().arch != 90) GTEST_SKIP() << "not an sm_90 GPU";
   int ran = 0;
-  for (const KernelInfo& k : list_kernels()) {
-    const std::string& name = k.name;
-    if (name.compare(0, 9, "fwd_sm90_") != 0 || name.find("_tma_") == std::string::npos ||
-        name.find("_fp32_") != std::string::npos)
-      continue;
+  for (const std::string& name : rows_named("fwd_sm90_", "_tma_")) {
+    if (name.find("_fp32_") != std::string::npos) continue;
     const bool bias = name.find("_btile_") != std::string::npos;
     for (const Mask& mask : {Mask::none(), Mask::causal(Alignment::bottom_right), Mask::causal()}) {
       tools::ProblemSpec s = packed_sequences(std::stoi(name.substr(name.find("_d") + 2)));

@@ -111,7 +111,7 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
   const Tensor tScS = thr_s.partition_C(make_identity_tensor(tile_s));            // (query, key) of each score
   RingPosition<1> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
-  [[maybe_unused]] RingPosition<kBiasStages<Traits>> bias_at;
+  [[maybe_unused]] RingPosition<Traits::kBiasStages> bias_at;
   const GemmTurns<Traits::kSchedule, Traits::kConsumerWarpgroups> turns{ctid / Traits::kWarpgroupThreads};
   turns.start();
 

@@ -33,7 +33,7 @@ __device__ void produce(const TmaFwdParams& tp, Storage& s) {
   if constexpr (Traits::kBiasTile) cute::prefetch_tma_descriptor(&tp.bias);
   RingPosition<1> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
-  [[maybe_unused]] RingPosition<kBiasStages<Traits>> bias_at;
+  [[maybe_unused]] RingPosition<Traits::kBiasStages> bias_at;
   const auto one_thread = [](std::int64_t drawn) { return drawn; };
   for_each_drawn_index(p.items_drawn, p.num_blocks, s.items, true, one_thread, [&](std::int64_t index) {
     FwdItemTiles it;
@@ -45,17 +45,18 @@ __device__ void produce(const TmaFwdParams& tp, Storage& s) {
                                  int(it.seq.q_begin + it.m0), work.h, batch);
     q_at.advance();
     const int hk = work.h / p.group;
+    // The bias's box: a broadcast dimension is one of size 1 in its map (a query-broadcast bias
+    // lands as the tile's first row, the rest zeros); with variable lengths the bias's batch
+    // dimension is the sequence's.
+    [[maybe_unused]] const int bias_row = p.bias_row_stride != 0 ? int(it.m0) : 0;
+    [[maybe_unused]] const int bias_h = p.bias_head_stride != 0 ? work.h : 0;
+    [[maybe_unused]] const int bias_b = p.bias_batch_stride != 0 ? work.b : 0;
     for (int n = t.last; n >= t.first; --n) {
       const int row = int(it.seq.k_begin + std::int64_t(n) * kBlockN);
       load_tile<kBlockN, kHeadDim>(&tp.k, s.k_barriers.acquire(k_at, Traits::kTileBytesKV), s.k[k_at.stage], row,
                                    hk, batch);
       k_at.advance();
       if constexpr (Traits::kBiasTile) {
-        // A broadcast dimension is one of size 1 in the bias's map (a query-broadcast bias lands as
-        // the tile's first row, the rest zeros); with variable lengths the bias's batch dimension
-        // is the sequence's.
-        const int bias_h = p.bias_head_stride != 0 ? work.h : 0, bias_b = p.bias_batch_stride != 0 ? work.b : 0;
-        const int bias_row = p.bias_row_stride != 0 ? int(it.m0) : 0;
         load_tile<kBlockM, kBlockN>(&tp.bias, s.bias_barriers.acquire(bias_at, Traits::kTileBytesBias),
                                     s.bias[bias_at.stage], bias_row, bias_h, bias_b, n * kBlockN);
         bias_at.advance();

@@ -39,6 +39,7 @@ struct Tf32x3FwdTraits {
   static constexpr int kBlockN = kBlockN_;    // keys per tile
   static constexpr int kStages = kStages_;    // K and V buffers each
   static constexpr bool kBiasTile = false;     // no bias on these rows
+  static constexpr int kBiasStages = 1;
   static_assert(kHeadDim % 64 == 0 && kBlockN % 32 == 0);
 
   static constexpr int kWarpgroupThreads = 128;

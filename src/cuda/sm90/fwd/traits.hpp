@@ -41,6 +41,7 @@ struct FwdTraits {
   static constexpr int kStages = kStages_;    // K and V buffers each
   static constexpr ConsumerSchedule kSchedule = kSchedule_;
   static constexpr bool kBiasTile = false;  // FwdBiasTraits below says true
+  static constexpr int kBiasStages = 1;     // of the bias ring (a position nothing advances without one)
   static_assert(kHeadDim % kTmaBoxCols<Element> == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
 
   static constexpr int kWarpgroupThreads = 128;
@@ -85,14 +86,5 @@ struct FwdBiasTraits : Base {
   static constexpr int kTileElemsBias = Base::kBlockM * Base::kBlockN;
   static constexpr std::uint32_t kTileBytesBias = kTileElemsBias * sizeof(typename Base::Element);
 };
-
-// The stages of a row's bias ring (1 where it has none: a ring position that nothing advances).
-template <class Traits>
-constexpr int bias_stages() {
-  if constexpr (Traits::kBiasTile) return Traits::kBiasStages;
-  else return 1;
-}
-template <class Traits>
-inline constexpr int kBiasStages = bias_stages<Traits>();
 
 }  // namespace memattn::cuda::sm90
