@@ -60,60 +60,52 @@ __device__ __forceinline__ void store4(Element* dst, float4 v) {
   }
 }
 
-// The rows [begin, end) of a [batch][rows][heads] index space (w = (b * rows + row) * heads + h)
-// that this warp takes: a contiguous share, its first index taken apart once and then stepped.
-// One warp per row with three 64-bit divisions each made the elementwise kernels below
-// instruction-bound (delta 100 us, the dQ conversion 277 us at the suite's 16384 x 2048).
-struct WarpRows {
-  std::int64_t rows;
-  int heads;
-  std::int64_t begin, end;
-  std::int64_t b, row;  // of the current index, stepped by next()
-  int h;
-
-  __device__ WarpRows(std::int64_t total, std::int64_t rows_, int heads_) : rows(rows_), heads(heads_) {
-    const std::int64_t warps = std::int64_t(gridDim.x) * (blockDim.x / 32);
-    const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-    const std::int64_t share = (total + warps - 1) / warps;
-    begin = min(total, warp * share), end = min(total, begin + share);
-    h = int(begin % heads), row = (begin / heads) % rows, b = begin / (std::int64_t(heads) * rows);
-  }
-  __device__ void next() {
-    if (++h == heads) {
-      h = 0;
-      if (++row == rows) row = 0, ++b;
-    }
-  }
-};
-
-// The elementwise kernels below stream rows: a row is read by kGroup lanes of a warp, and a warp
-// has kSlots slots of 32 / kGroup rows in flight, every slot's loads issued before any is used;
-// their grids (eight warps a CTA) give each warp kElementwisePasses passes over its slots.
+// The elementwise kernels below (delta, the gradients' conversion from fp32 workspaces) stream
+// the rows of a [batch][heads][rows] index space: blockIdx.y picks (b, h), grid-strided, and
+// blockIdx.x a run of kRowPasses x kElementwiseThreads / kGroup of its rows, whose pointers follow
+// from one row stride (the index taken apart once per CTA). A row is read by kGroup lanes, and
+// every pass's loads are issued before any is used. Each (b, h)'s rows are contiguous in delta and
+// in the workspaces, so a CTA's stores there are one contiguous run.
 // Lanes per row: the fewest of 8, 16, 32 whose chunks cover the row, so that short rows leave no
 // lane idle (a warp per D = 64 row of dQ's conversion left half its lanes idle: 88 us against
 // D = 128's 61 us for the same bytes, H200).
-// Passes a warp makes over its slots: its setup (WarpRows' 64-bit divisions) spread over them. At
-// one pass delta_kernel issued 9.4 cycles apart per warp with 4.0 of them waiting on memory
-// (ncu, H200).
-constexpr int kElementwisePasses = 4;
+constexpr int kElementwiseThreads = 256;
+constexpr int kRowPasses = 4;
+// CTAs per SM the registers must allow (64 a thread): left alone nvcc took 126 for delta and 96
+// for the conversion (two CTAs per SM).
+constexpr int kElementwiseCtasPerSm = 4;
+template <int kGroup>
+constexpr int kRowsPerCta = kRowPasses * kElementwiseThreads / kGroup;
 
 template <int kChunkElems>
 constexpr int lanes_per_row(std::int64_t cols) {
   return cols <= 8 * kChunkElems ? 8 : cols <= 16 * kChunkElems ? 16 : 32;
 }
 
-// Calls f(slot, live) for each of a warp's kSlots slots of 32 / kGroup rows from index w on, r
-// stepped to the lane's row of the next slot after each (the lane's row of slot 0 on entry); rows
-// past the warp's share are not live.
-template <int kSlots, int kGroup, class F>
-__device__ __forceinline__ void for_each_slot(WarpRows& r, std::int64_t w, F&& f) {
-  CUTE_UNROLL
-  for (int i = 0; i < kSlots; ++i) {
-    f(i, w + i * (32 / kGroup) < r.end);
-    CUTE_UNROLL
-    for (int k = 0; k < 32 / kGroup; ++k) r.next();
-  }
+// f(b, h, bh) for each (b, h) of this CTA's column of the grid (bh = b * heads + h).
+template <class F>
+__device__ __forceinline__ void for_each_head(std::int64_t batch, int heads, F&& f) {
+  for (std::int64_t bh = blockIdx.y; bh < batch * heads; bh += gridDim.y) f(bh / heads, int(bh % heads), bh);
 }
+
+// This thread's rows in this CTA's run: row(i) in pass i, which exists where live(i).
+template <int kGroup>
+struct RunRows {
+  static constexpr int kPerPass = kElementwiseThreads / kGroup;
+  static_assert(kPerPass % 8 == 0, "a row's workspace swizzle (accum_swizzle) is the same in every pass");
+  std::int64_t first, rows;  // the run's first row; the rows of a (b, h)
+  std::int64_t row0;         // this thread's in the first pass
+  __device__ __forceinline__ explicit RunRows(std::int64_t rows_) : rows(rows_) {
+    first = std::int64_t(blockIdx.x) * kRowsPerCta<kGroup>;
+    row0 = first + int(threadIdx.x) / kGroup;
+  }
+  __device__ __forceinline__ std::int64_t row(int i) const { return row0 + i * kPerPass; }
+  __device__ __forceinline__ bool live(int i) const { return row(i) < rows; }
+  // The run's rows that exist, times `width`.
+  __device__ __forceinline__ std::int64_t extent(std::int64_t width) const {
+    return (min(rows, first + kRowsPerCta<kGroup>) - first) * width;
+  }
+};
 
 // kN neighbouring elements as one load (16 or 8 bytes, or a single element), held packed until
 // used.
@@ -143,77 +135,45 @@ __device__ __forceinline__ float dot_chunks(const Chunk<Element, kN>& a, const C
   }
 }
 
-// Slots of rows delta_kernel's warps have in flight: with two (8-byte loads), its loads reached
-// ~2.2 TB/s (123 us for the suite's 16384 x 2048 rows of D = 128 with the one-pass rows' dQ
-// workspace cleared, H100); with four, 104 us.
-constexpr int kDeltaSlots = 4;
-// CTAs of delta_kernel per SM the registers must allow (128 registers a thread): left alone nvcc
-// took 145 (one CTA per SM, too few loads in flight for a kernel that only streams); for three
-// (85) it spilled 540 bytes.
-constexpr int kDeltaCtasPerSm = 2;
-
-// sum[i] += rowsum(o[i] * d[i]) over this lane's chunks of kN elements (lane gl of kGroup).
-template <class Element, int kN, int kSlots, int kGroup>
-__device__ __forceinline__ void row_dots(const Element* const (&o)[kSlots], const Element* const (&d)[kSlots],
-                                         const bool (&live)[kSlots], int gl, int cols, float (&sum)[kSlots]) {
-#pragma unroll 1
-  for (int e = kN * gl; e < cols; e += kN * kGroup) {
-    Chunk<Element, kN> x[kSlots], y[kSlots];
-    CUTE_UNROLL
-    for (int i = 0; i < kSlots; ++i)
-      if (live[i])
-        x[i] = *reinterpret_cast<const Chunk<Element, kN>*>(o[i] + e),
-        y[i] = *reinterpret_cast<const Chunk<Element, kN>*>(d[i] + e);
-    CUTE_UNROLL
-    for (int i = 0; i < kSlots; ++i)
-      if (live[i]) sum[i] += dot_chunks<Element, kN>(x[i], y[i]);
-  }
-}
-
-// delta[b][h][row] = sum over the value dim of dO * O for the rows [batch][row][head], cleared
-// `zero` rows alongside when it is set (the one-pass rows' dQ workspace, whose rows are these
-// rows: no memset pass of its own). Loads of 16 bytes where every row in flight allows (8 bytes
-// had run at 2.3-2.8 TB/s of the H200's 4.8), else of 4 elements, else of one.
-template <class Element, int kGroup>
-__global__ void __launch_bounds__(256, kDeltaCtasPerSm)
+// delta[b][h][row] = sum over the value dim of dO * O, and `zero` (the dQ workspace of the rows
+// that add into one, whose rows are delta's: no memset pass of its own) cleared beside it. Loads
+// of kN elements: 16 bytes where the tensors allow (8 bytes had run at 2.3-2.8 TB/s of the H200's
+// 4.8), else 4 elements, else one (delta_chunk_elems, bwd_launch.hpp).
+template <class Element, int kGroup, int kN>
+__global__ void __launch_bounds__(kElementwiseThreads, kElementwiseCtasPerSm)
     delta_kernel(const __grid_constant__ BwdParams p, GradAccum zero) {
-  constexpr int kSlots = kDeltaSlots, kWide = 16 / sizeof(Element);
-  const int lane = threadIdx.x % 32, sub = lane / kGroup, gl = lane % kGroup;  // row in slot, lane in row
-  const std::int64_t batches = p.seqstart_q ? 1 : p.batch;
-  WarpRows r(batches * p.delta_rows * p.heads_q, p.delta_rows, p.heads_q);
-  for (int i = 0; i < sub; ++i) r.next();  // this lane's row of each slot: the sub-th
-  for (std::int64_t w = r.begin + sub; w < r.end + sub; w += kSlots * (32 / kGroup)) {
-    const Element* o[kSlots];
-    const Element* d[kSlots];
-    float* delta[kSlots];
-    bool live[kSlots];
-    bool wide = p.head_dim_v % kWide == 0, vec = p.head_dim_v % 4 == 0;
-    for_each_slot<kSlots, kGroup>(r, w, [&](int i, bool in_share) {
-      live[i] = in_share;
-      o[i] = o_at<Element>(p, r.b, r.row, r.h);
-      d[i] = do_at<Element>(p, r.b, r.row, r.h);
-      delta[i] = delta_at(p, r.b, r.row, r.h);
-      const auto misaligned = (reinterpret_cast<std::uintptr_t>(o[i]) | reinterpret_cast<std::uintptr_t>(d[i]));
-      wide = wide && misaligned % 16 == 0;
-      vec = vec && misaligned % (4 * sizeof(Element)) == 0;
-    });
-    wide = __all_sync(0xffffffffu, wide), vec = __all_sync(0xffffffffu, vec);
-    float sum[kSlots] = {};
-    if (wide) row_dots<Element, kWide, kSlots, kGroup>(o, d, live, gl, p.head_dim_v, sum);
-    else if (vec) row_dots<Element, 4, kSlots, kGroup>(o, d, live, gl, p.head_dim_v, sum);
-    else row_dots<Element, 1, kSlots, kGroup>(o, d, live, gl, p.head_dim_v, sum);
+  using Loaded = Chunk<Element, kN>;
+  const int gl = int(threadIdx.x) % kGroup;
+  const RunRows<kGroup> run(p.delta_rows);
+  for_each_head(p.seqstart_q ? 1 : p.batch, p.heads_q, [&](std::int64_t b, int h, std::int64_t bh) {
+    const Element* o = o_at<const Element>(p, b, run.row0, h);
+    const Element* d = do_at<Element>(p, b, run.row0, h);
+    const std::int64_t o_pass = run.kPerPass * p.o_row_stride, d_pass = run.kPerPass * p.do_row_stride;
+    float sum[kRowPasses] = {};
+#pragma unroll 1
+    for (int e = kN * gl; e < p.head_dim_v; e += kN * kGroup) {
+      Loaded x[kRowPasses], y[kRowPasses];
+      CUTE_UNROLL
+      for (int i = 0; i < kRowPasses; ++i)
+        if (run.live(i))
+          x[i] = *reinterpret_cast<const Loaded*>(o + i * o_pass + e),
+          y[i] = *reinterpret_cast<const Loaded*>(d + i * d_pass + e);
+      CUTE_UNROLL
+      for (int i = 0; i < kRowPasses; ++i)
+        if (run.live(i)) sum[i] += dot_chunks<Element, kN>(x[i], y[i]);
+    }
     CUTE_UNROLL
-    for (int i = 0; i < kSlots; ++i) {
+    for (int i = 0; i < kRowPasses; ++i) {
       CUTE_UNROLL
       for (int offset = 1; offset < kGroup; offset *= 2) sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], offset);
-      if (!live[i]) continue;
-      if (gl == 0) *delta[i] = sum[i];
-      if (zero.data != nullptr) {  // its rows are delta's, of whole 16-byte chunks
-        float4* cleared = reinterpret_cast<float4*>(zero.data + (delta[i] - p.delta) * zero.ld);
-        for (int c = gl; c < int(zero.ld / 4); c += kGroup) cleared[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
+      if (run.live(i) && gl == 0) p.delta[bh * run.rows + run.row(i)] = sum[i];
     }
-  }
+    if (zero.data != nullptr) {  // its rows are whole 16-byte chunks
+      float4* cleared = reinterpret_cast<float4*>(zero.data + (bh * run.rows + run.first) * zero.ld);
+      const std::int64_t chunks = run.extent(zero.ld / 4);
+      for (std::int64_t e = threadIdx.x; e < chunks; e += kElementwiseThreads) cleared[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  });
 }
 
 // Keys of a sequence past seqused_k get zero gradients (one CTA per sequence).
@@ -455,54 +415,51 @@ __device__ __forceinline__ void store_dbias_tile(const BwdParams& p, int b, int 
   }
 }
 
-// Slots of rows finish_gradient_kernel's warps have in flight (its 76-84 registers allow three
-// CTAs per SM).
-constexpr int kFinishSlots = 4;
-
 // out[b][row][h][c] = scale * accum (in out's dtype and strides), for every element of a gradient:
-// kGroup lanes per row (b, row, h) in out's order, the workspace's row read as float4s and written
-// four elements at a time where out's row allows. (Element by element, with the indices taken
-// apart per element, dQ's conversion took 277 us at the suite's 16384 tokens x 2048, ncu on the
-// H100: a tenth of a backward at S = 2048.)
-template <class Element, int kGroup>
-__global__ void __launch_bounds__(256) finish_gradient_kernel(GradAccum g, Element* out, std::int64_t batch_stride,
-                                                              std::int64_t row_stride, std::int64_t head_stride,
-                                                              int cols, float scale) {
-  constexpr int kSlots = kFinishSlots;
-  const int lane = threadIdx.x % 32, sub = lane / kGroup, gl = lane % kGroup;
-  WarpRows r(g.batch * g.rows * g.heads, g.rows, int(g.heads));
-  for (int i = 0; i < sub; ++i) r.next();
-  for (std::int64_t w = r.begin + sub; w < r.end + sub; w += kSlots * (32 / kGroup)) {
-    const float* src[kSlots];
-    Element* dst[kSlots];
-    int swizzle[kSlots];  // column c at c ^ swizzle
-    bool live[kSlots];
-    bool vec = cols % 4 == 0;
-    for_each_slot<kSlots, kGroup>(r, w, [&](int i, bool in_share) {
-      live[i] = in_share;
-      src[i] = accum_row(g, r.b, r.row, r.h);  // the workspace's rows are whole 16-byte chunks
-      dst[i] = out + r.b * batch_stride + r.row * row_stride + std::int64_t(r.h) * head_stride;
-      swizzle[i] = g.swizzled ? accum_swizzle(r.row) : 0;
-      vec = vec && reinterpret_cast<std::uintptr_t>(dst[i]) % (4 * sizeof(Element)) == 0;
-    });
-    if (__all_sync(0xffffffffu, vec)) {
+// kGroup lanes per row; with kVec (out's rows allow four elements a store), eight columns a lane
+// at a time (one 32-byte granule of a swizzled workspace, read as two float4s), else one.
+// (Element by element, with the indices taken apart per element, dQ's conversion took 277 us at
+// the suite's 16384 tokens x 2048, ncu on the H100: a tenth of a backward at S = 2048.)
+template <class Element, int kGroup, bool kVec>
+__global__ void __launch_bounds__(kElementwiseThreads, kElementwiseCtasPerSm)
+    finish_gradient_kernel(GradAccum g, Element* out, std::int64_t batch_stride, std::int64_t row_stride,
+                           std::int64_t head_stride, int cols, float scale) {
+  const int gl = int(threadIdx.x) % kGroup;
+  const RunRows<kGroup> run(g.rows);
+  for_each_head(g.batch, int(g.heads), [&](std::int64_t b, int h, std::int64_t bh) {
+    // The workspace's rows are whole 16-byte chunks; column c of a row is at c ^ its swizzle.
+    const float* src = g.data + (bh * g.rows + run.row0) * g.ld;
+    Element* dst = out + b * batch_stride + run.row0 * row_stride + std::int64_t(h) * head_stride;
+    const std::int64_t src_pass = run.kPerPass * g.ld, dst_pass = run.kPerPass * row_stride;
+    // Passes are kPerPass rows apart, a multiple of the swizzle's period of 8 rows.
+    const int swizzle = g.swizzled ? accum_swizzle(run.row0) : 0;
+    if constexpr (kVec) {
 #pragma unroll 1
-      for (int c = 4 * gl; c < cols; c += 4 * kGroup) {
-        float4 v[kSlots];
+      for (int c = 8 * gl; c < cols; c += 8 * kGroup) {
+        const bool second = c + 4 < cols;
+        float4 v[kRowPasses][2];
         CUTE_UNROLL
-        for (int i = 0; i < kSlots; ++i)
-          if (live[i]) v[i] = *reinterpret_cast<const float4*>(src[i] + (c ^ swizzle[i]));
+        for (int i = 0; i < kRowPasses; ++i) {
+          if (!run.live(i)) continue;
+          const float* at = src + i * src_pass + (c ^ swizzle);
+          v[i][0] = *reinterpret_cast<const float4*>(at);
+          if (second) v[i][1] = *reinterpret_cast<const float4*>(at + 4);
+        }
         CUTE_UNROLL
-        for (int i = 0; i < kSlots; ++i)
-          if (live[i]) store4(dst[i] + c, make_float4(scale * v[i].x, scale * v[i].y, scale * v[i].z, scale * v[i].w));
+        for (int i = 0; i < kRowPasses; ++i) {
+          if (!run.live(i)) continue;
+          Element* to = dst + i * dst_pass + c;
+          store4(to, make_float4(scale * v[i][0].x, scale * v[i][0].y, scale * v[i][0].z, scale * v[i][0].w));
+          if (second) store4(to + 4, make_float4(scale * v[i][1].x, scale * v[i][1].y, scale * v[i][1].z, scale * v[i][1].w));
+        }
       }
     } else {
       CUTE_UNROLL
-      for (int i = 0; i < kSlots; ++i)
-        if (live[i])
-          for (int c = gl; c < cols; c += kGroup) dst[i][c] = Element(scale * src[i][c ^ swizzle[i]]);
+      for (int i = 0; i < kRowPasses; ++i)
+        if (run.live(i))
+          for (int c = gl; c < cols; c += kGroup) dst[i * dst_pass + c] = Element(scale * src[i * src_pass + (c ^ swizzle)]);
     }
-  }
+  });
 }
 
 }  // namespace memattn::cuda

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "cuda/common/bwd_common.hpp"
@@ -61,6 +63,12 @@ inline unsigned elementwise_grid(std::int64_t items, int per_block) {
   return unsigned(std::min<std::int64_t>((items + per_block - 1) / per_block, 65536));
 }
 
+// The grid of the row-streaming kernels (bwd_common.hpp): runs of `rows_per_cta` rows along x, the
+// (b, h) pairs along y (the kernels stride over those past 65535).
+inline dim3 head_rows_grid(std::int64_t batch_heads, std::int64_t rows, int rows_per_cta) {
+  return dim3(unsigned((rows + rows_per_cta - 1) / rows_per_cta), unsigned(std::min<std::int64_t>(batch_heads, 65535)));
+}
+
 inline Status clear_accum(const GradAccum& g, const char* what, cudaStream_t stream) {
   const std::size_t bytes = std::size_t(g.batch * g.rows * g.heads * g.ld) * sizeof(float);
   return cuda_status(cudaMemsetAsync(g.data, 0, bytes, stream), what);
@@ -76,16 +84,27 @@ auto kernel_for_lanes(int lanes, const Pick& pick) {
                        : pick(std::integral_constant<int, 32>{});
 }
 
+// Whether every row of a tensor (its base and strides) starts on a multiple of `bytes`.
+inline bool rows_aligned(const void* base, std::int64_t element_bytes, std::initializer_list<std::int64_t> strides,
+                         std::int64_t bytes) {
+  bool aligned = reinterpret_cast<std::uintptr_t>(base) % std::uintptr_t(bytes) == 0;
+  for (std::int64_t stride : strides) aligned = aligned && stride * element_bytes % bytes == 0;
+  return aligned;
+}
+
 template <class Element>
 void finish_gradient(const GradAccum& g, void* out, std::int64_t batch_stride, std::int64_t row_stride,
                      std::int64_t head_stride, int cols, float scale, cudaStream_t stream) {
-  const std::int64_t rows = g.batch * g.rows * g.heads;
-  if (rows * cols == 0) return;
-  const int lanes = lanes_per_row<4>(cols);
-  const auto kernel =
-      kernel_for_lanes(lanes, [](auto group) { return finish_gradient_kernel<Element, decltype(group)::value>; });
-  kernel<<<elementwise_grid(rows, 8 * kFinishSlots * (32 / lanes) * kElementwisePasses), 256, 0, stream>>>(
-      g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
+  if (g.batch * g.rows * g.heads * cols == 0) return;
+  const int lanes = lanes_per_row<8>(cols);
+  const bool vec = cols % 4 == 0 && rows_aligned(out, sizeof(Element), {batch_stride, row_stride, head_stride},
+                                                 4 * sizeof(Element));
+  const auto kernel = kernel_for_lanes(lanes, [&](auto group) {
+    constexpr int kGroup = decltype(group)::value;
+    return vec ? finish_gradient_kernel<Element, kGroup, true> : finish_gradient_kernel<Element, kGroup, false>;
+  });
+  kernel<<<head_rows_grid(g.batch * g.heads, g.rows, kRowPasses * kElementwiseThreads / lanes), kElementwiseThreads, 0,
+           stream>>>(g, static_cast<Element*>(out), batch_stride, row_stride, head_stride, cols, scale);
 }
 
 // Who gives the keys past seqused_k (variable lengths) their zero gradients: the prologue, or the
@@ -98,7 +117,8 @@ enum class UnusedKeys { zeroed_by_prologue, written_from_workspace };
 template <class Element>
 Status backward_prologue(const BwdParams& p, UnusedKeys unused_keys, cudaStream_t stream,
                          const GradAccum* zero = nullptr) {
-  const std::int64_t delta_rows = (p.seqstart_q ? 1 : p.batch) * p.delta_rows * p.heads_q;
+  const std::int64_t batch_heads = (p.seqstart_q ? 1 : p.batch) * p.heads_q;
+  const std::int64_t delta_rows = batch_heads * p.delta_rows;
   GradAccum cleared{};
   if (zero != nullptr) {
     if (zero->rows == p.delta_rows && zero->heads == p.heads_q && zero->batch * zero->rows * zero->heads == delta_rows)
@@ -106,10 +126,24 @@ Status backward_prologue(const BwdParams& p, UnusedKeys unused_keys, cudaStream_
     else if (Status s = clear_accum(*zero, "gradient workspace", stream); !s.ok()) return s;
   }
   if (delta_rows > 0) {
-    const int lanes = lanes_per_row<16 / sizeof(Element)>(p.head_dim_v);
-    const auto kernel =
-        kernel_for_lanes(lanes, [](auto group) { return delta_kernel<Element, decltype(group)::value>; });
-    kernel<<<elementwise_grid(delta_rows, 8 * kDeltaSlots * (32 / lanes) * kElementwisePasses), 256, 0, stream>>>(p, cleared);
+    // Elements a load: 16 bytes, 4, or 1, as O's and dO's rows allow.
+    const auto rows_allow = [&](int n) {
+      const std::int64_t bytes = n * sizeof(Element);
+      return p.head_dim_v % n == 0 &&
+             rows_aligned(p.out, sizeof(Element), {p.o_batch_stride, p.o_row_stride, p.o_head_stride}, bytes) &&
+             rows_aligned(p.dout, sizeof(Element), {p.do_batch_stride, p.do_row_stride, p.do_head_stride}, bytes);
+    };
+    constexpr int kWide = 16 / sizeof(Element);
+    const int chunk = rows_allow(kWide) ? kWide : rows_allow(4) ? 4 : 1;
+    const int lanes = lanes_per_row<kWide>(p.head_dim_v);
+    const auto kernel = kernel_for_lanes(lanes, [&](auto group) {
+      constexpr int kGroup = decltype(group)::value;
+      return chunk == kWide ? delta_kernel<Element, kGroup, kWide>
+             : chunk == 4   ? delta_kernel<Element, kGroup, 4>
+                            : delta_kernel<Element, kGroup, 1>;
+    });
+    kernel<<<head_rows_grid(batch_heads, p.delta_rows, kRowPasses * kElementwiseThreads / lanes), kElementwiseThreads, 0,
+             stream>>>(p, cleared);
   }
   if (p.dbias_accum) {
     const std::int64_t* w = p.dbias_accum_sizes;
