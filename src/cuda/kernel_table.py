@@ -293,19 +293,26 @@ SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 192: 0, 256:
 # step's Q, dO (TMA) and row statistics into a ring, so that a step starts on its barrier instead of
 # a CTA barrier after every warp's copies; the two consumer warpgroups (64 keys each, 240 registers)
 # meet once per step, before the dQ GEMM, with dS^T and the dQ stage double-buffered, dV issued
-# before that barrier and dQ, dK after it. 12 warps. Plain problems of fixed lengths with tensors a
-# tensor map describes (select.cpp). H100, bf16, CLI, TFLOP/s against the wgmma one-pass row (same
-# run): D = 128 S = 2048 383 -> 406, causal 315 -> 319, S = 8192 448 -> 493, causal 425 -> 454; but
-# S = 512 246 -> 237, causal 153 -> 144 (few steps per key tile leave the prologue exposed): from
-# 1024 queries per key, where they break even (S = 1024 326 vs 327, causal 229 vs 232; S = 1536 371
-# vs 358, causal S = 2048 317 vs 310, causal S = 4096 394 vs 380), the wgmma row below that. The
+# before that barrier and dQ, dK after it. 12 warps. Plain problems (fixed or packed variable
+# lengths) with tensors a tensor map describes (select.cpp). H100, bf16, CLI, TFLOP/s against the
+# wgmma one-pass row (same run): D = 128 S = 2048 383 -> 406, causal 315 -> 319, S = 8192 448 ->
+# 493, causal 425 -> 454; but S = 512 246 -> 237, causal 153 -> 144 (few steps per key tile leave
+# the prologue exposed): at first from 1024 queries per key, where they broke even (S = 1024 326 vs
+# 327, causal 229 vs 232; S = 1536 371 vs 358, causal S = 2048 317 vs 310, causal S = 4096 394 vs
+# 380), the wgmma row below that. The
 # per-step thread index (mainloop.hpp) then +2-5%, and dK issued after the barrier with dQ staged
 # under it (mainloop.hpp) +4-7% (H200: S = 2048 430 -> 449, causal 341 -> 353, S = 8192 475 -> 505,
 # causal 470 -> 500, S = 16384 488 -> 510). D = 64 (128 x 128, 332 bytes of spills at 240 registers)
 # had run within 1-2% of its wgmma one-pass row (64 x 128 2-15% behind); with that order ahead of it
 # (H200, same build): S = 1024 271 -> 279, S = 2048 318 -> 330, causal 249 -> 252, S = 8192 364 ->
-# 377, causal 338 -> 352.
-SM90_BACKWARD_TMA_TILES = {64: (128, 128, 2, 1024), 128: (64, 128, 2, 1024)}
+# 377, causal 338 -> 352. Since the persistent grid (a CTA's setup paid once per SM, the next
+# item's loads under the last one's steps) they win from 128 queries per key (H200, CLI, ms, B x S
+# = 16384, against the wgmma one-pass row / the two-kernel row): D = 64 S = 512 0.660 vs 0.763,
+# causal 0.596 vs 0.644; S = 256 0.470 vs 0.525, causal 0.497 vs 0.534 (two-kernel); S = 128
+# 0.382 vs 0.443 (two-kernel); D = 128 S = 512 0.548 vs 0.630, causal 0.450 vs 0.495, S = 256
+# 0.403 vs 0.435; S = 256 causal and S = 128 within 3% of the best. At 64 (S = 128 causal) they
+# lose 10-12% to the two-kernel rows.
+SM90_BACKWARD_TMA_TILES = {64: (128, 128, 2, 128), 128: (64, 128, 2, 128)}
 # The same with a bias tile (as SM80_BACKWARD_FUSED_BIAS_TILES: the step's bias by cp.async, dS back
 # through it for dbias). H100, bf16, dense bias, CLI against the sm80 bias rows: D = 128 S = 2048
 # 2.95 -> 2.48 ms, S = 8192 10.83 -> 8.87, causal 6.97 -> 6.00; D = 64 S = 2048 4.08 -> 3.52,

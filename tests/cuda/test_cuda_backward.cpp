@@ -201,15 +201,18 @@ TEST(CudaBackward, DropoutMaskMatchesTheMapping) {
 
 // The one-pass rows at D = 128 are chosen only for query loops of some length (their
 // min_queries_per_key: a key sees Mq queries, about Mq / 2 when causal; 512 for sm80's row, 256
-// for the wgmma row on an sm_90 GPU), and never with `deterministic`.
+// for the wgmma row and 128 for the warp-specialised one on an sm_90 GPU), and with
+// `deterministic` only where they add dQ in a fixed order (the warp-specialised row).
 TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   // A build of sm_90 SASS alone leaves out sm80's one-pass row where the wgmma row comes first.
-  const bool wgmma = current_gpu().arch == 90 && compiled("bwd_sm90_bf16_d128_m64n128w8_wgmma_fused_vec_plain");
-  if (!(wgmma || compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain")) ||
+  const bool sm90 = current_gpu().arch == 90;
+  const bool tma = sm90 && compiled("bwd_sm90_bf16_d128_m64n128w12_wgmma_tma_fused_vec_plain");
+  const bool wgmma = sm90 && compiled("bwd_sm90_bf16_d128_m64n128w8_wgmma_fused_vec_plain");
+  if (!(tma || wgmma || compiled("bwd_sm80_bf16_d128_m64n128w8_fused_vec_plain")) ||
       !compiled("bwd_sm80_bf16_d128_m64n64w4_vec_plain"))
     GTEST_SKIP() << "the build lacks the D = 128 rows";
-  const std::int64_t shortest = wgmma ? 256 : 512;
+  const std::int64_t shortest = tma ? 128 : wgmma ? 256 : 512;
   enum Variant { plain, causal, deterministic };
   const auto one_pass = [](std::int64_t seqlen, Variant variant) {
     tools::ProblemSpec s = problem_shape(1, seqlen, seqlen, 1, 1, 128, 128);
@@ -230,7 +233,7 @@ TEST(CudaBackwardDispatch, OnePassRowsTakeLongQueryLoops) {
   EXPECT_TRUE(one_pass(2 * shortest, causal));
   EXPECT_FALSE(one_pass(shortest, causal));
   EXPECT_FALSE(one_pass(shortest / 2, plain));
-  EXPECT_FALSE(one_pass(4096, deterministic));
+  EXPECT_EQ(one_pass(4096, deterministic), tma);
 }
 
 // The one-pass rows split the key tiles of a part-full last wave along their queries
