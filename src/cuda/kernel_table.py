@@ -142,7 +142,10 @@ SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64
 #   many queries again per load, and two warpgroups' GEMMs run under a third's softmax. Against
 #   128 x 192: S = 2048 405 -> 427, S = 8192 470 -> 504, S = 16384 471 -> 511, causal 8192
 #   408 -> 430, causal 16384 454 -> 461; 192 x 64 (no spills) ran 2-10% behind 192 x 96; at
-#   S = 512 264 against 277 on 128 x 128: from 2048 queries per key on. Not at D = 128: 192 x 64
+#   S = 512 264 against 277 on 128 x 128: from 2048 queries per key on, then from 1024, where it
+#   ran ahead of 128 x 192 too (H200, ms, B x S = 16384, 32 heads: S = 2048 causal 0.400-0.407
+#   against 0.430-0.437, S = 1024 0.399-0.403 against 0.415; 128 x 128 kept below, S = 1024
+#   causal 0.273-0.274 against 0.291-0.297), and the 128 x 192 row went. Not at D = 128: 192 x 64
 #   (4 bytes of spills; 144 with ping-pong, which ran 10-15% slower) against 128 x 128, S = 2048
 #   638 vs 630, S = 8192 705 vs 720, S = 16384 712 vs 705, causal 8192 612 vs 601, causal 16384
 #   641 vs 610 (one run each): there two warpgroups' GEMMs already hold the tensor cores (87-97% of
@@ -151,8 +154,7 @@ SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64
 #   row (a quarter of its columns zeros) and the sm80 D = 192 row, S = 2048 689 / 537 / 314,
 #   S = 8192 780 / 576 / 331, causal 622 / 481 / 326. (112 keys failed gmma_acc_as_a_operand's
 #   static check of S's fragment; not looked into further.)
-SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 2048), (64, 128, 192, 3, "ping_pong", 1024),
-                      (64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
+SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 1024), (64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
                       (128, 128, 128, 2, "independent", SM80_MANY_QUERIES),
                       (192, 128, 96, 2, "independent", SM80_MANY_QUERIES),
                       (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
