@@ -89,4 +89,11 @@ struct DqToWriter {
   __device__ __forceinline__ void step_done(float*, int, int) {}
 };
 
+// The way a step's dQ leaves: to the writer (key_tile_order), else from the consumers.
+template <DqAdds kAdds>
+__device__ __forceinline__ auto& dq_route(DqToWriter& to_writer, DqFromConsumers& from_consumers) {
+  if constexpr (kAdds == DqAdds::key_tile_order) return to_writer;
+  else return from_consumers;
+}
+
 }  // namespace memattn::cuda::sm90

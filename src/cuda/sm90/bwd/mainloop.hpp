@@ -61,10 +61,7 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
     const KeyTileSteps<kBlockM>& t = w.steps;
     const detail::MaskRule rule = mask_rule(p, seq);
     DqFromConsumers from_consumers;
-    auto& dq_out = [&]() -> auto& {
-      if constexpr (kAdds == DqAdds::key_tile_order) return to_writer;
-      else return from_consumers;
-    }();
+    auto& dq_out = dq_route<kAdds>(to_writer, from_consumers);
     Tensor acc_dk = partition_fragment_C(mma_dkv, tile_kv);
     Tensor acc_dv = partition_fragment_C(mma_dkv, tile_kv);
     clear(acc_dk);
