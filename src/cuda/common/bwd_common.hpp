@@ -138,7 +138,7 @@ __device__ __forceinline__ float dot_chunks(const Chunk<Element, kN>& a, const C
 // delta[b][h][row] = sum over the value dim of dO * O, and `zero` (the dQ workspace of the rows
 // that add into one, whose rows are delta's: no memset pass of its own) cleared beside it. Loads
 // of kN elements: 16 bytes where the tensors allow (8 bytes had run at 2.3-2.8 TB/s of the H200's
-// 4.8), else 4 elements, else one (delta_chunk_elems, bwd_launch.hpp).
+// 4.8), else 4 elements, else one (backward_prologue, bwd_launch.hpp).
 template <class Element, int kGroup, int kN>
 __global__ void __launch_bounds__(kElementwiseThreads, kElementwiseCtasPerSm)
     delta_kernel(const __grid_constant__ BwdParams p, GradAccum zero) {
@@ -171,7 +171,8 @@ __global__ void __launch_bounds__(kElementwiseThreads, kElementwiseCtasPerSm)
     if (zero.data != nullptr) {  // its rows are whole 16-byte chunks
       float4* cleared = reinterpret_cast<float4*>(zero.data + (bh * run.rows + run.first) * zero.ld);
       const std::int64_t chunks = run.extent(zero.ld / 4);
-      for (std::int64_t e = threadIdx.x; e < chunks; e += kElementwiseThreads) cleared[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (std::int64_t e = threadIdx.x; e < chunks; e += kElementwiseThreads)
+        cleared[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   });
 }
@@ -450,14 +451,16 @@ __global__ void __launch_bounds__(kElementwiseThreads, kElementwiseCtasPerSm)
           if (!run.live(i)) continue;
           Element* to = dst + i * dst_pass + c;
           store4(to, make_float4(scale * v[i][0].x, scale * v[i][0].y, scale * v[i][0].z, scale * v[i][0].w));
-          if (second) store4(to + 4, make_float4(scale * v[i][1].x, scale * v[i][1].y, scale * v[i][1].z, scale * v[i][1].w));
+          if (second)
+            store4(to + 4, make_float4(scale * v[i][1].x, scale * v[i][1].y, scale * v[i][1].z, scale * v[i][1].w));
         }
       }
     } else {
       CUTE_UNROLL
       for (int i = 0; i < kRowPasses; ++i)
         if (run.live(i))
-          for (int c = gl; c < cols; c += kGroup) dst[i * dst_pass + c] = Element(scale * src[i * src_pass + (c ^ swizzle)]);
+          for (int c = gl; c < cols; c += kGroup)
+            dst[i * dst_pass + c] = Element(scale * src[i * src_pass + (c ^ swizzle)]);
     }
   });
 }
