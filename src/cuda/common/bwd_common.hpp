@@ -1,5 +1,6 @@
-// Pieces every backward uses: delta = rowsum(dO * O), zero gradients for keys past seqused_k,
-// and the elementwise step that turns a tile of raw scores and raw dP into P and dS.
+// Pieces every backward uses: where each row of the tensors, the row statistics and the fp32
+// workspaces lies, the work items of key tiles, and the elementwise step that turns a tile of raw
+// scores and raw dP into P and dS. (delta's and the workspaces' own kernels: cuda/bwd_elementwise.cu.)
 #pragma once
 
 #include <cute/tensor.hpp>
