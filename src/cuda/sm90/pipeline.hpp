@@ -83,9 +83,12 @@ struct ReadyBarriers {
   __device__ __forceinline__ void wait(const RingPosition<kStages>& at) { EmptyBarrier::wait(&ready[at.stage], at.phase); }
 };
 
-// Indices handed from one role to the others through shared memory (the persistent grids' work
-// items, drawn by one role): `full` once the drawer has stored a slot's index (its one arrival),
-// `empty` once every reader thread has read it.
+// Indices handed from one role to the others through shared memory (the persistent backward's
+// work items, drawn by one role): `full` once the drawer has stored a slot's index (its one
+// arrival), `empty` once every reader thread has read it. The forward hands its items on decoded
+// and an item ahead (fwd/work_items.hpp); the backward lost both ways (H200, CLI: +2-7%, its
+// consumers at the register limit spilled more; deterministic +5-20%, an item drawn ahead delays
+// the key tiles that wait for it).
 template <int kSlots>
 struct IndexRing {
   std::int64_t index[kSlots];

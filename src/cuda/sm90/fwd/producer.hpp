@@ -1,12 +1,12 @@
 // The Hopper forward's producer: one thread of the producer warpgroup draws the CTA's work items
-// (for_each_drawn_index, pipeline.hpp: each next one once this one's loads are issued, so that a
-// CTA whose items were light takes more; a grid stride had left the causal last wave uneven),
-// hands each to the consumers (the same decode_work and key_tiles, so both sides agree on every
-// load) and issues the TMA loads: for each query tile that sees a key, its Q tile, then K (and the
-// bias of the query tile and key tile, on the rows with one) and V tile by tile, last to first as
-// the consumers walk them. A load waits only for its buffer to be
-// released, so the producer runs up to kStages key tiles ahead; the next work item's loads start
-// once its Q tile's buffer is free (storage.hpp: after the last S GEMM, or after the epilogue).
+// (for_each_drawn_item, work_items.hpp: each next one as it starts this one's loads, so that a CTA
+// whose items were light takes more; a grid stride had left the causal last wave uneven), hands
+// each to the consumers decoded (its key tiles too, so both sides agree on every load) and issues
+// the TMA loads: for each query tile that sees a key, its Q tile, then K (and the bias of the
+// query tile and key tile, on the rows with one) and V tile by tile, last to first as the
+// consumers walk them. A load waits only for its buffer to be released, so the producer runs up
+// to kStages key tiles ahead; the next work item's loads start once its Q tile's buffer is free
+// (storage.hpp: after the last S GEMM, or after the epilogue).
 #pragma once
 
 #include <cstdint>
@@ -34,10 +34,9 @@ __device__ void produce(const TmaFwdParams& tp, Storage& s) {
   RingPosition<1> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
   [[maybe_unused]] RingPosition<Traits::kBiasStages> bias_at;
-  const auto one_thread = [](std::int64_t drawn) { return drawn; };
-  for_each_drawn_index(p.items_drawn, p.num_blocks, s.items, true, one_thread, [&](std::int64_t index) {
-    FwdItemTiles it;
-    if (!item_tiles<kBlockM, kBlockN>(p, index, &it)) return;
+  for_each_drawn_item<kBlockM, kBlockN>(p, s.items, [&](const FwdHandedItem& h) {
+    if (!h.sees_keys) return;
+    const FwdItemTiles& it = h.tiles;
     const WorkItem& work = it.work;
     const KeyTiles& t = it.t;
     const int batch = int(it.seq.batch);

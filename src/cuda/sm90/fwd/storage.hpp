@@ -10,6 +10,7 @@
 
 #include <cstddef>
 
+#include "cuda/sm90/fwd/work_items.hpp"
 #include "cuda/sm90/pipeline.hpp"
 
 namespace memattn::cuda::sm90 {
@@ -32,9 +33,9 @@ struct FwdTiles : FwdBiasRing<Traits> {
   RingBarriers<1> q_barriers;  // a ring of one: the next Q tile loads once this one is released
   RingBarriers<Traits::kStages> k_barriers;
   RingBarriers<Traits::kStages> v_barriers;
-  // The work items, from the producer (which draws them) to the consumers: two slots, so that the
-  // producer can hand on the next item while the consumers read this one's index.
-  IndexRing<2> items;
+  // The work items, from the producer (which draws and decodes them) to the consumers: the one
+  // the consumers are finishing, the one the producer loads and the next (for_each_drawn_item).
+  FwdItemRing items;
 };
 
 template <class Traits>

@@ -99,9 +99,9 @@ __device__ __forceinline__ void transpose_split_v(typename Traits::Operand* v, t
 template <class Traits>
 __device__ void split_operands(const FwdParams& p, Tf32x3FwdStorage<Traits>& s, int tid, int barrier) {
   RingPosition<Traits::kStages> k_at, v_at;
-  for_each_handed_index(p.num_blocks, s.items, [&](std::int64_t index) {
-    FwdItemTiles it;
-    if (!item_tiles<Traits::kBlockM, Traits::kBlockN>(p, index, &it)) return;
+  for_each_handed_item(p, s.items, [&](const FwdHandedItem& h) {
+    if (!h.sees_keys) return;
+    const FwdItemTiles& it = h.tiles;
     for (int n = it.t.last; n >= it.t.first; --n) {
       s.k_barriers.wait(k_at);
       split_in_place<Traits::kTileElemsKV, Traits::kSplitThreads>(s.k[k_at.stage], s.k_small[k_at.stage], tid);

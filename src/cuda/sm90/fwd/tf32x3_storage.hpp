@@ -10,6 +10,7 @@
 // 32-key tiles).
 #pragma once
 
+#include "cuda/sm90/fwd/work_items.hpp"
 #include "cuda/sm90/pipeline.hpp"
 
 namespace memattn::cuda::sm90 {
@@ -28,7 +29,7 @@ struct Tf32x3FwdStorage {
   ReadyBarriers<Traits::kStages> k_split;
   ReadyBarriers<Traits::kStages> v_split;
   // Work items from the producer to the consumers and the split warpgroup (storage.hpp's items).
-  IndexRing<2> items;
+  FwdItemRing items;
   static constexpr bool kOutputInQ = true;
   __device__ float* output() { return reinterpret_cast<float*>(q); }
 };
