@@ -58,7 +58,7 @@ __device__ __forceinline__ FwdHandedItem hand_item(const FwdParams& p, std::int6
 // item). Decoded once, by the producer, and handed on an item ahead: D = 64 S = 512 -4%, causal
 // -8% (CLI, H200). Handed on once the item's loads were issued, the producer's draw and decoding
 // came late and the consumers waited for the next item (D = 128 S = 2048 causal +4%; +2-3% is
-// left there, not explained).
+// left there: at D = 128 the consumers, no longer decoding, wait for the next Q instead).
 struct FwdItemRing {
   static constexpr int kSlots = 3;
   FwdHandedItem item[kSlots];
