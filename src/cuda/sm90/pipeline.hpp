@@ -83,17 +83,21 @@ struct ReadyBarriers {
   __device__ __forceinline__ void wait(const RingPosition<kStages>& at) { EmptyBarrier::wait(&ready[at.stage], at.phase); }
 };
 
-// Indices handed from one role to the others through shared memory (the persistent backward's
-// work items, drawn by one role): `full` once the drawer has stored a slot's index (its one
-// arrival), `empty` once every reader thread has read it. The forward hands its items on decoded
-// and an item ahead (fwd/work_items.hpp); the backward lost both ways (H200, CLI: +2-7%, its
-// consumers at the register limit spilled more; deterministic +5-20%, an item drawn ahead delays
-// the key tiles that wait for it).
-template <int kSlots>
-struct IndexRing {
-  std::int64_t index[kSlots];
+// Work items handed from the role that draws them to the others through shared memory: `full`
+// once the drawer has stored a slot (its one arrival), `empty` once every reader thread is done
+// with it.
+template <class Item, int kSlots>
+struct ItemRing {
+  Item item[kSlots];
   RingBarriers<kSlots> barriers;
 };
+
+// The persistent backward's ring holds indices, which each role decodes itself. The forward hands
+// its items on decoded and an item ahead (fwd/work_items.hpp); the backward lost both ways (H200,
+// CLI: +2-7%, its consumers at the register limit spilled more; deterministic +5-20%, an item
+// drawn ahead delays the key tiles that wait for it).
+template <int kSlots>
+using IndexRing = ItemRing<std::int64_t, kSlots>;
 
 // The drawer's side of a persistent grid's work: the CTA's first item is its block index, each
 // next one the counter's next draw past the first wave (`drawn` counts the draws; cleared before
@@ -111,7 +115,7 @@ __device__ __forceinline__ void for_each_drawn_index(unsigned long long* drawn, 
   while (true) {
     if (leader) {
       ring.barriers.wait_free(at);
-      ring.index[at.stage] = index;
+      ring.item[at.stage] = index;
       ring.barriers.arrive(at);
     }
     at.advance();
@@ -127,7 +131,7 @@ __device__ __forceinline__ void for_each_drawn_index(unsigned long long* drawn, 
 template <int kSlots>
 __device__ __forceinline__ std::int64_t take_index(IndexRing<kSlots>& ring, RingPosition<kSlots>& at) {
   ring.barriers.wait(at);
-  const std::int64_t index = ring.index[at.stage];
+  const std::int64_t index = ring.item[at.stage];
   ring.barriers.release(at);
   at.advance();
   return index;

@@ -48,9 +48,8 @@ __device__ __forceinline__ FwdHandedItem hand_item(const FwdParams& p, std::int6
   return h;
 }
 
-// The items in shared memory, from the producer to the other roles: the slot the consumers are
-// finishing, the one the producer loads and the next (for_each_drawn_item). `full` once the
-// producer has stored a slot (its one arrival), `empty` once every reader thread is done with it.
+// The items in shared memory, from the producer to the other roles (ItemRing, pipeline.hpp): the
+// slot the consumers are finishing, the one the producer loads and the next (for_each_drawn_item).
 //
 // Each role had decoded an index itself (IndexRing, pipeline.hpp, as the backward still does):
 // the work order's 64-bit divisions, the sequence's bounds and the key tiles cost the consumers
@@ -59,19 +58,16 @@ __device__ __forceinline__ FwdHandedItem hand_item(const FwdParams& p, std::int6
 // -8% (CLI, H200). Handed on once the item's loads were issued, the producer's draw and decoding
 // came late and the consumers waited for the next item (D = 128 S = 2048 causal +4%; +2-3% is
 // left there: at D = 128 the consumers, no longer decoding, wait for the next Q instead).
-struct FwdItemRing {
-  static constexpr int kSlots = 3;
-  FwdHandedItem item[kSlots];
-  RingBarriers<kSlots> barriers;
-};
+inline constexpr int kFwdItemSlots = 3;
+using FwdItemRing = ItemRing<FwdHandedItem, kFwdItemSlots>;
 
 // The producer's walk (one thread): the CTA's first item is its block index, each next one the
-// counter's next draw past the first wave (`drawn`; cleared before the launch), so that the items
-// go out in index order, each to the CTA that asks first. Each item is drawn, decoded and stored
-// for the readers before body(item) runs for the one before it; body reads it in place.
+// counter's next draw past the first wave (p.items_drawn, cleared before the launch), so that the
+// items go out in index order, each to the CTA that asks first. Each item is drawn, decoded and
+// stored for the readers before body(item) runs for the one before it; body reads it in place.
 template <int kBlockM, int kBlockN, class Body>
 __device__ __forceinline__ void for_each_drawn_item(const FwdParams& p, FwdItemRing& ring, const Body& body) {
-  RingPosition<FwdItemRing::kSlots> at;
+  RingPosition<kFwdItemSlots> at;
   const auto hand_on = [&](std::int64_t index) -> const FwdHandedItem& {
     ring.barriers.wait_free(at);
     ring.item[at.stage] = hand_item<kBlockM, kBlockN>(p, index);
@@ -92,7 +88,7 @@ __device__ __forceinline__ void for_each_drawn_item(const FwdParams& p, FwdItemR
 // lies; its slot is released once body returns.
 template <class Body>
 __device__ __forceinline__ void for_each_handed_item(const FwdParams& p, FwdItemRing& ring, const Body& body) {
-  RingPosition<FwdItemRing::kSlots> at;
+  RingPosition<kFwdItemSlots> at;
   while (true) {
     ring.barriers.wait(at);
     const FwdHandedItem& item = ring.item[at.stage];
