@@ -19,18 +19,26 @@ inline constexpr int kWarpgroupRows = 64;  // a consumer warpgroup's rows of a w
 inline constexpr int kWarpgroupThreads = 128;
 
 // Warpgroup `tid / 128`'s 64 rows of `frag` (the 16-bit accumulator fragment of `mma`, whose
-// warpgroups are stacked along the rows) into the K-major tile `sT` that no wgmma reads any more,
-// then, after the warpgroup's named barrier `barrier`, its rows to `gmem_rows` (the first of them,
-// rows `row_stride` apart): rows past `rows` and columns past `cols` are not written. `tid`: the
-// thread's index among the consumer threads.
+// warpgroups are stacked along the rows) into the K-major tile `sT` that no wgmma reads any more.
+// `tid`: the thread's index among the consumer threads.
+template <class Element, class TiledMma, class Frag, class SmemTile>
+__device__ __forceinline__ void write_warpgroup_rows(const TiledMma& mma, const Frag& frag, const SmemTile& sT,
+                                                     int tid) {
+  using Tiles = SwizzledTiles<Element, kWarpgroupThreads>;
+  auto r2s = make_tiled_copy_C(typename Tiles::RegToSmemAtom{}, mma);
+  auto r2s_thr = r2s.get_thread_slice(tid);
+  copy(r2s, r2s_thr.retile_S(frag), r2s_thr.partition_D(sT));
+}
+
+// write_warpgroup_rows, then, after the warpgroup's named barrier `barrier`, its rows to
+// `gmem_rows` (the first of them, rows `row_stride` apart) by the warpgroup's threads: rows past
+// `rows` and columns past `cols` are not written.
 template <class Element, class TiledMma, class Frag, class SmemTile>
 __device__ __forceinline__ void store_warpgroup_rows(const TiledMma& mma, const Frag& frag, const SmemTile& sT,
                                                      Element* gmem_rows, std::int64_t row_stride, int rows, int cols,
                                                      int tid, int barrier) {
   using Tiles = SwizzledTiles<Element, kWarpgroupThreads>;
-  auto r2s = make_tiled_copy_C(typename Tiles::RegToSmemAtom{}, mma);
-  auto r2s_thr = r2s.get_thread_slice(tid);
-  copy(r2s, r2s_thr.retile_S(frag), r2s_thr.partition_D(sT));
+  write_warpgroup_rows<Element>(mma, frag, sT, tid);
   const int wg = tid / kWarpgroupThreads;
   cutlass::arch::NamedBarrier::sync(kWarpgroupThreads, barrier);
   const auto tile = make_shape(Int<kWarpgroupRows>{}, size<1>(sT));

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(const __gr
     if (threadIdx.x == 0) produce<Traits>(tp, s);
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    consume<Traits>(tp.p, s, int(threadIdx.x) - Traits::kWarpgroupThreads);
+    consume<Traits>(tp.p, tp.o_by_tma ? &tp.o : nullptr, s, int(threadIdx.x) - Traits::kWarpgroupThreads);
   }
 }
 

@@ -56,6 +56,13 @@ Status forward_tensor_maps(const FwdParams& p, TmaFwdParams* tp) {
   if (Status s = make_tma_map(q, Traits::kBlockM, &tp->q); !s.ok()) return s;
   if (Status s = make_tma_map(k, Traits::kBlockN, &tp->k); !s.ok()) return s;
   if (Status s = make_tma_map(v, Traits::kBlockN, &tp->v); !s.ok()) return s;
+  // The output by TMA where its rows are one sequence's per (head, batch) and a map describes it
+  // (epilogue.hpp); the fp32 rows' output goes by the threads' stores.
+  const TmaTensor o{p.out, kDType, p.head_dim_v, p.seqlen_q, p.heads_q, p.batch,
+                    p.o_row_stride, p.o_head_stride, p.o_batch_stride};
+  tp->o_by_tma = !varlen && !kTf32x3Forward<Traits> && tma_describable(o);
+  if (tp->o_by_tma)
+    if (Status s = make_tma_map(o, kWarpgroupRows, &tp->o); !s.ok()) return s;
   if constexpr (Traits::kBiasTile) {
     // (keys, queries, heads, batch); a broadcast dimension (stride 0) as one of size 1.
     if (p.bias == nullptr || p.bias_is_f32 || p.bias_col_stride != 1)

@@ -95,9 +95,10 @@ __device__ __forceinline__ void zero_v_rows(typename Traits::Element* v_tile, in
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kFwdConsumersBarrier<Traits::kConsumerWarpgroups>);
 }
 
-// ctid: the thread's index among the consumer threads.
+// ctid: the thread's index among the consumer threads; o_map: write_output's.
 template <class Traits>
-__device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int ctid) {
+__device__ void consume(const FwdParams& p, const CUtensorMap* o_map, FwdSharedStorage<Traits>& s, int ctid) {
+  using Storage = FwdSharedStorage<Traits>;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   const auto tile_s = make_shape(Int<kBlockM>{}, Int<kBlockN>{});
@@ -106,10 +107,8 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
   typename Traits::MmaO mma_o;
   auto thr_s = mma_s.get_thread_slice(ctid);
   auto thr_o = mma_o.get_thread_slice(ctid);
-  const Tensor sQ = cute::make_tensor(make_smem_ptr(s.q), typename Traits::SmemLayoutQ{});
-  const Tensor tSrQ = thr_s.partition_fragment_A(sQ);                              // descriptors
   const Tensor tScS = thr_s.partition_C(make_identity_tensor(tile_s));            // (query, key) of each score
-  RingPosition<1> q_at;
+  RingPosition<Storage::kQStages> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
   [[maybe_unused]] RingPosition<Traits::kBiasStages> bias_at;
   const GemmTurns<Traits::kSchedule, Traits::kConsumerWarpgroups> turns{ctid / Traits::kWarpgroupThreads};
@@ -127,6 +126,8 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
     OnlineSoftmax<decltype(size<0>(acc_o_rc))::value> softmax;
     softmax.init();
     const detail::MaskRule rule = mask_rule(p, seq);
+    const Tensor sQ = cute::make_tensor(make_smem_ptr(s.q[q_at.stage]), typename Traits::SmemLayoutQ{});
+    const Tensor tSrQ = thr_s.partition_fragment_A(sQ);  // descriptors
     s.q_barriers.wait(q_at);
     if (p.seqstart_k != nullptr && seq.k_len < std::int64_t(t.last + 1) * kBlockN) {
       s.v_barriers.wait(v_at);  // again before its P V: a completed phase passes at once
@@ -228,17 +229,18 @@ __device__ void consume(const FwdParams& p, FwdSharedStorage<Traits>& s, int cti
     CUTE_NO_UNROLL
     for (; n >= t.first; --n) key_tile(n, KeyTileKind<KeyTile::masked>{}, Next{});
     // Every S GEMM is done: with its own output tile, the next work item's Q may load now.
-    if constexpr (kSeparateOutput<Traits>) s.q_barriers.release(q_at);
+    if constexpr (!Storage::kOutputInQ) s.q_barriers.release(q_at);
     turns.wait();
     issue_pv(v_operand());  // the last tile's
     turns.pass();
     warpgroup_wait<0>();
     pv_done();
 
-    write_output<Traits>(p, s, seq, work.h, m0, rows, acc_o, softmax, ctid);
-    if constexpr (!kSeparateOutput<Traits>) s.q_barriers.release(q_at);  // after the epilogue's use of its space
+    write_output<Traits>(p, o_map, s, q_at.stage, seq, work.h, m0, rows, acc_o, softmax, ctid);
+    if constexpr (Storage::kOutputInQ) s.q_barriers.release(q_at);  // after the epilogue's use of its space
     q_at.advance();
   });
+  finish_output(o_map, ctid);
 }
 
 }  // namespace memattn::cuda::sm90

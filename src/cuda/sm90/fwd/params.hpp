@@ -16,6 +16,10 @@ struct TmaFwdParams {
   // The bias as (keys, queries, heads, batch), a broadcast head or batch dimension as one of size 1
   // (read at coordinate 0: FwdParams's bias stride of 0 says which); boxes of 64 keys x the query tile.
   CUtensorMap bias;
+  // The output's map (boxes of a consumer warpgroup's 64 rows), where the epilogue stores by TMA
+  // (o_by_tma: fixed lengths and an output a map describes; epilogue.hpp).
+  CUtensorMap o;
+  bool o_by_tma;
 };
 
 }  // namespace memattn::cuda::sm90

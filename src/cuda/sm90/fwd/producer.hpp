@@ -6,7 +6,8 @@
 // query tile and key tile, on the rows with one) and V tile by tile, last to first as the
 // consumers walk them. A load waits only for its buffer to be released, so the producer runs up
 // to kStages key tiles ahead; the next work item's loads start once its Q tile's buffer is free
-// (storage.hpp: after the last S GEMM, or after the epilogue).
+// (storage.hpp: at once with two Q buffers, after the last S GEMM of the item before, or after its
+// epilogue).
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,8 @@ __device__ void produce(const TmaFwdParams& tp, Storage& s) {
   cute::prefetch_tma_descriptor(&tp.k);
   cute::prefetch_tma_descriptor(&tp.v);
   if constexpr (Traits::kBiasTile) cute::prefetch_tma_descriptor(&tp.bias);
-  RingPosition<1> q_at;
+  if (tp.o_by_tma) cute::prefetch_tma_descriptor(&tp.o);  // the consumers' epilogue stores through it
+  RingPosition<Storage::kQStages> q_at;
   RingPosition<Traits::kStages> k_at, v_at;
   [[maybe_unused]] RingPosition<Traits::kBiasStages> bias_at;
   for_each_drawn_item<kBlockM, kBlockN>(p, s.items, [&](const FwdHandedItem& h) {
@@ -40,7 +42,7 @@ __device__ void produce(const TmaFwdParams& tp, Storage& s) {
     const WorkItem& work = it.work;
     const KeyTiles& t = it.t;
     const int batch = int(it.seq.batch);
-    load_tile<kBlockM, kHeadDim>(&tp.q, s.q_barriers.acquire(q_at, Traits::kTileBytesQ), s.q,
+    load_tile<kBlockM, kHeadDim>(&tp.q, s.q_barriers.acquire(q_at, Traits::kTileBytesQ), s.q[q_at.stage],
                                  int(it.seq.q_begin + it.m0), work.h, batch);
     q_at.advance();
     const int hk = work.h / p.group;

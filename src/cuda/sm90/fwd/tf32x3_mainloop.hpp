@@ -65,7 +65,7 @@ __device__ void consume_tf32x3(const FwdParams& p, Tf32x3FwdStorage<Traits>& s, 
   auto thr_s = mma_s.get_thread_slice(ctid);
   auto thr_sq = mma_sq.get_thread_slice(ctid);
   auto thr_pv = mma_pv.get_thread_slice(ctid);
-  const Tensor sQ = cute::make_tensor(make_smem_ptr(s.q), typename Traits::SmemLayoutQ{});
+  const Tensor sQ = cute::make_tensor(make_smem_ptr(s.q[0]), typename Traits::SmemLayoutQ{});
   const Tensor tSdQs = thr_s.partition_fragment_A(sQ);  // descriptors of Q's small parts (in place)
   Tensor tSsQ = thr_sq.partition_A(sQ);                 // the elements this thread holds as an A operand
   Tensor tSrQ = thr_sq.partition_fragment_A(sQ);        // Q's big parts
@@ -203,7 +203,7 @@ __device__ void consume_tf32x3(const FwdParams& p, Tf32x3FwdStorage<Traits>& s, 
     CUTE_NO_UNROLL
     for (; n >= t.first; --n) key_tile(n, KeyTileKind<KeyTile::masked>{});
 
-    write_output<Traits>(p, s, seq, work.h, m0, rows, acc_o, softmax, ctid);
+    write_output<Traits>(p, nullptr, s, q_at.stage, seq, work.h, m0, rows, acc_o, softmax, ctid);
     s.q_barriers.release(q_at);  // after the epilogue's use of its space
     q_at.advance();
   });

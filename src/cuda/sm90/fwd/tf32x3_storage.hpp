@@ -18,12 +18,13 @@ namespace memattn::cuda::sm90 {
 template <class Traits>
 struct Tf32x3FwdStorage {
   using Operand = typename Traits::Operand;
-  alignas(1024) Operand q[Traits::kTileElemsQ];  // Q, then the small parts kept in place (kQSmallInRegisters)
+  static constexpr int kQStages = 1;
+  alignas(1024) Operand q[kQStages][Traits::kTileElemsQ];  // Q, then the small parts kept in place (kQSmallInRegisters)
   alignas(1024) Operand k[Traits::kStages][Traits::kTileElemsKV];
   alignas(1024) Operand k_small[Traits::kStages][Traits::kTileElemsKV];
   alignas(1024) Operand v[Traits::kStages][Traits::kTileElemsKV];  // V, then V^T's big parts
   alignas(1024) Operand v_small[Traits::kStages][Traits::kTileElemsKV];
-  RingBarriers<1> q_barriers;
+  RingBarriers<kQStages> q_barriers;
   RingBarriers<Traits::kStages> k_barriers;
   RingBarriers<Traits::kStages> v_barriers;
   ReadyBarriers<Traits::kStages> k_split;
@@ -31,7 +32,7 @@ struct Tf32x3FwdStorage {
   // Work items from the producer to the consumers and the split warpgroup (storage.hpp's items).
   FwdItemRing items;
   static constexpr bool kOutputInQ = true;
-  __device__ float* output() { return reinterpret_cast<float*>(q); }
+  __device__ float* output(int q_stage) { return reinterpret_cast<float*>(q[q_stage]); }
 };
 
 }  // namespace memattn::cuda::sm90
