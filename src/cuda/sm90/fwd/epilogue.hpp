@@ -63,9 +63,9 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const CUtensorM
   const std::int64_t wg_m0 = m0 + wg * kWarpgroupRows;
   const int barrier = kWarpgroupBarrier + wg;
   const bool issuer = ctid % Traits::kWarpgroupThreads == 0;
+  if (o_map != nullptr && issuer) wait_stores_read();
+  cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, barrier);
   if (o_map != nullptr) {
-    if (issuer) wait_stores_read();
-    cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, barrier);
     write_warpgroup_rows<Element>(mma_o, convert_fragment<Element>(acc_o), sO, ctid);
     publish_tile_to_stores();
     cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, barrier);
@@ -77,7 +77,6 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const CUtensorM
     }
     return;
   }
-  cutlass::arch::NamedBarrier::sync(Traits::kWarpgroupThreads, barrier);
   store_warpgroup_rows(mma_o, convert_fragment<Element>(acc_o), sO, o_at<Element>(p, seq.batch, seq.q_begin + wg_m0, h),
                        p.o_row_stride, wg_rows, p.head_dim_v, ctid, barrier);
   // Where the output shares the Q tile's space, the next Q tile arrives by TMA (the async proxy)
