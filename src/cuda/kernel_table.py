@@ -145,7 +145,11 @@ SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64
 #   S = 512 264 against 277 on 128 x 128: from 2048 queries per key on, then from 1024, where it
 #   ran ahead of 128 x 192 too (H200, ms, B x S = 16384, 32 heads: S = 2048 causal 0.400-0.407
 #   against 0.430-0.437, S = 1024 0.399-0.403 against 0.415; 128 x 128 kept below, S = 1024
-#   causal 0.273-0.274 against 0.291-0.297), and the 128 x 192 row went. Not at D = 128: 192 x 64
+#   causal 0.273-0.274 against 0.291-0.297), and the 128 x 192 row went. Against 128 x 128 (H200,
+#   ms, two rounds, one call) 192 x 96 lost below 2048 queries per key: S = 1024 0.388-0.398 against
+#   0.375, S = 2048 causal (1024.5 a key) 0.408-0.412 against 0.404-0.405; and won from there: S =
+#   2048 0.658-0.668 against 0.682-0.690, S = 4096 1.232-1.237 against 1.320, causal 0.697-0.704
+#   against 0.725-0.727. So 192 x 96 from 2048 queries per key. Not at D = 128: 192 x 64
 #   (4 bytes of spills; 144 with ping-pong, which ran 10-15% slower) against 128 x 128, S = 2048
 #   638 vs 630, S = 8192 705 vs 720, S = 16384 712 vs 705, causal 8192 612 vs 601, causal 16384
 #   641 vs 610 (one run each): there two warpgroups' GEMMs already hold the tensor cores (87-97% of
@@ -154,7 +158,7 @@ SM90_WIDE_WGMMA_TILES = {512: (64, 64, 8, 1), 768: (64, 64, 8, 2), 1024: (64, 64
 #   row (a quarter of its columns zeros) and the sm80 D = 192 row, S = 2048 689 / 537 / 314,
 #   S = 8192 780 / 576 / 331, causal 622 / 481 / 326. (112 keys failed gmma_acc_as_a_operand's
 #   static check of S's fragment; not looked into further.)
-SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 1024), (64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
+SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 2048), (64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
                       (128, 128, 128, 2, "independent", SM80_MANY_QUERIES),
                       (192, 128, 96, 2, "independent", SM80_MANY_QUERIES),
                       (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
@@ -168,6 +172,16 @@ SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 1024), (64, 128, 128, 3, "pi
 SM90_FORWARD_BIAS_TILES = [(64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
                            (128, 128, 128, 2, "independent", SM80_MANY_QUERIES),
                            (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
+
+
+# The Hopper forward with dropout (FwdDropoutTraits: the dropped probabilities zeroed between the
+# softmax and P V, each Philox call shared by two lanes): head dim, queries, keys, K/V stages,
+# schedule, queries per key, as above. Two consumer warpgroups at every bucket: the Philox rounds
+# (a call per four scores a lane pair) need registers that D = 64's three-warpgroup row (160 a
+# thread) does not have. Dropout with a bias runs on the sm80 rows.
+SM90_FORWARD_DROPOUT_TILES = [(64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
+                              (128, 128, 128, 2, "independent", SM80_MANY_QUERIES),
+                              (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
 
 
 # fp32 on the Hopper forward (sm90/fwd/tf32x3_*.hpp: 3xTF32 warpgroup MMAs, K and V split once per
@@ -469,6 +483,9 @@ def all_rows():
         for head_dim, bm, bn, _, _, min_queries in SM90_FORWARD_BIAS_TILES:
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, sm90_forward_warps(bm), "registers", "vector16", True,
                             False, math="wgmma", tma=True, bias_tile=True, min_queries_per_key=min_queries))
+        for head_dim, bm, bn, _, _, min_queries in SM90_FORWARD_DROPOUT_TILES:
+            rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, sm90_forward_warps(bm), "registers", "vector16", False,
+                            True, math="wgmma", tma=True, dropout_paired=True, min_queries_per_key=min_queries))
         for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_WGMMA_TILES.items():
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, warps, "registers", "vector16", False, False,
                             math="wgmma", wide=True, head_split=ctas))
@@ -659,8 +676,8 @@ def template_args(r):
         stages = SM90_TF32X3_FORWARD_TILES[r.head_dim][2]
         return f"sm90::Tf32x3FwdTraits<{r.head_dim}, {r.block_n}, {stages}>, {features}"
     if r.tma:
-        stages, schedule = next((t[3], t[4]) for t in (SM90_FORWARD_BIAS_TILES if r.bias else SM90_FORWARD_TILES)
-                                if (t[0], t[1], t[2]) == (r.head_dim, r.block_m, r.block_n))
+        tiles = SM90_FORWARD_BIAS_TILES if r.bias else SM90_FORWARD_DROPOUT_TILES if r.dropout else SM90_FORWARD_TILES
+        stages, schedule = next((t[3], t[4]) for t in tiles if (t[0], t[1], t[2]) == (r.head_dim, r.block_m, r.block_n))
         return (f"sm90::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {stages}, "
                 f"sm90::ConsumerSchedule::{schedule}, {r.block_m // 64}>, {features}")
     if r.wide:

@@ -1,8 +1,8 @@
 // The CUDA forward against the float64 reference on every feature case (DESIGN.md §3), plus the
 // sizes that stress indexing: batch x heads above 65535, and a sequence past 65536 keys with a
 // dense bias whose offsets pass 2^31 (a 2^31-element bias, 4.3 GB); which tensors the Hopper TMA
-// rows take, every work item their persistent grid draws, their bias rows on the bias cases, and
-// their packed variable-length batches. Skipped without a GPU.
+// rows take, every work item their persistent grid draws, their bias rows on the bias cases, their
+// dropout rows, and their packed variable-length batches. Skipped without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +21,10 @@
 
 namespace memattn::testing {
 namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
 
 class CudaForward : public ::testing::TestWithParam<NamedCase> {};
 
@@ -230,9 +234,11 @@ TEST(CudaForwardHopper, EveryDrawnItemMatchesTheReference) {
     s.dtype = dtype;
     s.backend = Backend::cuda;
     s.forward_overrides.kernel = name;
-    // The bias rows (..._btile_vec_bias) take bias problems only: dense, or broadcast over heads.
-    if (name.size() > 5 && name.compare(name.size() - 5, 5, "_bias") == 0)
+    // The bias rows (..._btile_vec_bias) take bias problems only: dense, or broadcast over heads;
+    // the dropout rows (..._dpair_vec_drop) run with dropout.
+    if (ends_with(name, "_bias"))
       s.bias = tools::bias_pattern(top_left ? tools::BiasKind::dense : tools::BiasKind::broadcast_heads);
+    if (ends_with(name, "_drop")) s.dropout = {0.2, 5, 9};
     CheckOptions options;
     options.backward = false;
     if (dtype == DType::f32) {  // the 3xTF32 rows: their error against a naive fp32 one's, as CudaRows
@@ -333,6 +339,59 @@ TEST(CudaForwardHopper, BiasRowsMatchTheReference) {
   if (ran == 0) GTEST_SKIP() << "the build has no Hopper bias row";
 }
 
+// The Hopper forward's dropout rows (sm90/fwd/traits.hpp's FwdDropoutTraits), forced, against the
+// reference (which drops the same elements): rates from rare to most, under no mask, both causal
+// alignments (rows that see no key), a window, GQA and MQA, a negative scale (the unmasked tiles'
+// other loop), head dims below the bucket and D != Dv, several work items per CTA. Bit for bit,
+// the mask itself is CudaRows.DropoutMaskMatchesTheMapping's. Skipped where the build has no
+// Hopper dropout row or the GPU is not an sm_90.
+TEST(CudaForwardHopper, DropoutRowsMatchTheReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  if (current_gpu().arch != 90) GTEST_SKIP() << "not an sm_90 GPU";
+  struct Case {
+    std::int64_t batch, mq, mk;
+    int heads_q, heads_k;
+    double p;
+    Mask mask;
+    float scale = 0.0f;  // 0: 1 / sqrt(D)
+  };
+  const Case cases[] = {
+      {2, 150, 200, 2, 2, 0.1, Mask::none()},
+      {1, 300, 168, 4, 2, 0.5, Mask::causal()},
+      {2, 77, 264, 4, 1, 0.9, Mask::causal(Alignment::bottom_right)},
+      {1, 264, 136, 2, 2, 0.25, Mask::causal(Alignment::bottom_right)},  // rows that see no key
+      {1, 200, 256, 2, 2, 0.1, Mask::window(30, 7, Alignment::top_left)},
+      {2, 130, 300, 2, 2, 0.01, Mask::none(), -0.05f},
+      {3, 700, 700, 8, 2, 0.15, Mask::causal()},  // more items than some SMs' first draw
+  };
+  int ran = 0;
+  for (const std::string& name : rows_named("fwd_sm90_", "_tma_dpair_")) {
+    const int bucket = std::stoi(name.substr(name.find("_d") + 2));
+    for (const int d : {bucket, bucket - 24}) {
+      for (const Case& c : cases) {
+        tools::ProblemSpec s;
+        s.batch = c.batch;
+        s.seqlen_q = c.mq;
+        s.seqlen_k = c.mk;
+        s.heads_q = c.heads_q;
+        s.heads_k = c.heads_k;
+        s.head_dim = d;
+        s.head_dim_v = d == bucket ? d : bucket - 8;
+        s.dtype = name.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
+        s.dropout = {c.p, 1234567 + std::uint64_t(ran), std::uint64_t(3 * ran)};
+        s.mask = c.mask;
+        if (c.scale != 0.0f) s.scale = c.scale;
+        s.backend = Backend::cuda;
+        s.forward_overrides.kernel = name;
+        SCOPED_TRACE(name + ": " + s.describe());
+        check_case(s, {false});
+        ++ran;
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "the build has no Hopper dropout row";
+}
+
 // The 16-bit Hopper forward rows, forced, on packed variable-length batches: sequences longer
 // and shorter than a tile, without queries or keys, seqused_k below a sequence's keys, both causal
 // alignments and none, a bias on the bias rows; the rows outside the sequences hold NaN (a key
@@ -348,6 +407,7 @@ TEST(CudaForwardHopper, VariableLengthsMatchTheReference) {
       tools::ProblemSpec s = packed_sequences(std::stoi(name.substr(name.find("_d") + 2)));
       s.dtype = name.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
       if (bias) s.bias = tools::bias_pattern(tools::BiasKind::dense);
+      if (ends_with(name, "_drop")) s.dropout = {0.3, 21, 4};
       s.mask = mask;
       s.backend = Backend::cuda;
       s.forward_overrides.kernel = name;

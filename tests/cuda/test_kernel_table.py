@@ -92,16 +92,16 @@ class KernelTable(unittest.TestCase):
                     self.assertTrue(r.fused)
                 if r.fused:  # never chosen with `deterministic` (the dispatcher)
                     self.assertTrue(r.atomics and r.pass_ == "bwd" and not r.dropout)
-                if r.min_queries_per_key:  # the one-pass backward, or a plain, paged or Hopper bias forward
-                    # with a smaller tile
+                if r.min_queries_per_key:  # the one-pass backward, or a plain, paged or Hopper bias or
+                    # dropout forward with a smaller tile
                     self.assertTrue(r.fused or (r.pass_ == "fwd" and (r.features in ("plain", "paged") or
-                                                                     (r.tma and r.features == "bias"))))
+                                                                     (r.tma and r.features in ("bias", "drop")))))
                     # A tile for fewer queries sorts behind it, in its bucket, down to one for any: a
                     # smaller one, or the sm80 family's (which splits the keys where few queries see them).
                     if r.pass_ == "fwd":
-                        # (its features, or every feature: a bucket without a bias-only sm80 row)
+                        # (its features, or every feature: a bucket without a bias-only or dropout-only sm80 row)
                         few = [f for f in self.rows if (f.pass_, f.dtype, f.head_dim) == ("fwd", r.dtype, r.head_dim)
-                               and f.features in (r.features, "full" if r.features == "bias" else r.features)
+                               and f.features in (r.features, "full" if r.features in ("bias", "drop") else r.features)
                                and (f.block_m < r.block_m or f.family < r.family)
                                and f.min_queries_per_key < r.min_queries_per_key and f.sort_key() > r.sort_key()]
                         self.assertTrue(few, f"{r.name}: no few-queries tile behind it")

@@ -32,11 +32,12 @@ inline constexpr int kWarpgroupBarrier = 1;
 
 // Storage: FwdSharedStorage<Traits> or Tf32x3FwdStorage<Traits>; q_stage: the item's Q buffer
 // (the output's space where kOutputInQ). o_map: the output's map, or null for the threads' stores.
-// fp32 rows take the LSE from the top score (kNaturalLse), as their backward expects.
+// fp32 rows take the LSE from the top score (kNaturalLse), as their backward expects. out_scale:
+// dropout's 1 / (1 - p), else 1.
 template <class Traits, class Storage, class AccO, class Softmax>
 __device__ __forceinline__ void write_output(const FwdParams& p, const CUtensorMap* o_map, Storage& s,
                                              int q_stage, const SequenceInfo& seq, int h, std::int64_t m0, int rows,
-                                             AccO& acc_o, Softmax& softmax, int ctid) {
+                                             AccO& acc_o, Softmax& softmax, float out_scale, int ctid) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
   typename Traits::MmaO mma_o;
@@ -45,10 +46,10 @@ __device__ __forceinline__ void write_output(const FwdParams& p, const CUtensorM
   float lse[decltype(size<0>(acc_o_rc))::value];
   if constexpr (kNaturalLse<Element>) {
     float norm[decltype(size<0>(acc_o_rc))::value];
-    softmax.final_factors_natural(1.0f, norm, lse);
+    softmax.final_factors_natural(out_scale, norm, lse);
     softmax.scale_rows(acc_o_rc, norm);
   } else {
-    softmax.finalize(acc_o_rc, 1.0f, lse);
+    softmax.finalize(acc_o_rc, out_scale, lse);
   }
   write_lse(p, seq, h, m0, rows, lse, rowcol(thr_o.partition_C(make_identity_tensor(make_shape(Int<kBlockM>{}, Int<kHeadDim>{})))));
 

@@ -1,10 +1,10 @@
-// The Hopper forward (sm_90a), problems with D, Dv up to kHeadDim (and a bias on FwdBiasTraits
-// rows): a persistent, warp-specialised kernel. One CTA per SM takes work items (query tiles,
-// heaviest first under a causal mask: tile_scheduler.hpp) as it finishes one, drawn by the
-// producer warpgroup's one thread, which hands them to the consumers and loads Q, K, V (and the
-// bias) by TMA into shared-memory rings (producer.hpp); the consumer warpgroups compute
-// (mainloop.hpp) and write (epilogue.hpp). Registers move from the producer to the consumers
-// (setmaxnreg; it needs the register cap of __launch_bounds__(threads, 1)).
+// The Hopper forward (sm_90a), problems with D, Dv up to kHeadDim (a bias on FwdBiasTraits rows,
+// dropout on FwdDropoutTraits rows): a persistent, warp-specialised kernel. One CTA per SM takes
+// work items (query tiles, heaviest first under a causal mask: tile_scheduler.hpp) as it finishes
+// one, drawn by the producer warpgroup's one thread, which hands them to the consumers and loads
+// Q, K, V (and the bias) by TMA into shared-memory rings (producer.hpp); the consumer warpgroups
+// compute (mainloop.hpp) and write (epilogue.hpp). Registers move from the producer to the
+// consumers (setmaxnreg; it needs the register cap of __launch_bounds__(threads, 1)).
 #pragma once
 
 #include <cutlass/arch/barrier.h>

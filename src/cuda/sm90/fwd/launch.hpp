@@ -75,13 +75,16 @@ Status forward_tensor_maps(const FwdParams& p, TmaFwdParams* tp) {
   return Status::Ok();
 }
 
-// The rows with a bias (kBias | kBiasTile) run the kernel of FwdBiasTraits<Traits>.
+// The rows with a bias (kBias | kBiasTile) run the kernel of FwdBiasTraits<Traits>, those with
+// dropout (kDropout | kDropoutPaired) FwdDropoutTraits<Traits>'s.
 template <class Traits, unsigned kFeatures>
-using FwdRowTraits = std::conditional_t<tiles_bias(kFeatures), FwdBiasTraits<Traits>, Traits>;
+using FwdRowTraits = std::conditional_t<tiles_bias(kFeatures), FwdBiasTraits<Traits>,
+                                        std::conditional_t<(kFeatures & kDropout) != 0, FwdDropoutTraits<Traits>, Traits>>;
 
 template <class Row, unsigned kFeatures>
 Status launch_forward(const FwdParams& p, cudaStream_t stream) {
-  static_assert(kFeatures == kPlain || kFeatures == (kBias | kBiasTile), "the Hopper forward takes a bias tile or nothing");
+  static_assert(kFeatures == kPlain || kFeatures == (kBias | kBiasTile) || kFeatures == (kDropout | kDropoutPaired),
+                "the Hopper forward takes a bias tile, dropout or nothing");
   using Traits = FwdRowTraits<Row, kFeatures>;
   TmaFwdParams tp{};
   tp.p = p;

@@ -5,7 +5,8 @@
 // as in the mma.sync kernels); O += P V with P converted in registers as the A operand, issued
 // right after the next tile's S GEMM so that it runs under that tile's softmax, and the V buffer
 // released when it completes. On the rows with a bias (FwdBiasTraits) each tile's bias comes from
-// its ring, added with the scale before the mask. Each warpgroup owns 64 query rows; the epilogue (epilogue.hpp)
+// its ring, added with the scale before the mask; on the rows with dropout (FwdDropoutTraits) the
+// dropped probabilities are zeroed after the softmax. Each warpgroup owns 64 query rows; the epilogue (epilogue.hpp)
 // writes them.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include <cstdint>
 
 #include "core/mask.hpp"
+#include "cuda/common/dropout.hpp"
 #include "cuda/common/fragments.hpp"
 #include "cuda/common/fwd_common.hpp"
 #include "cuda/common/key_tiles.hpp"
@@ -95,9 +97,10 @@ __device__ __forceinline__ void zero_v_rows(typename Traits::Element* v_tile, in
   cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads, kFwdConsumersBarrier<Traits::kConsumerWarpgroups>);
 }
 
-// ctid: the thread's index among the consumer threads; o_map: write_output's.
+// ctid: the thread's index among the consumer threads; o_map: write_output's. Inlined by force,
+// as the item walk's body (work_items.hpp): a call would serialise its wgmma.
 template <class Traits>
-__device__ void consume(const FwdParams& p, const CUtensorMap* o_map, FwdSharedStorage<Traits>& s, int ctid) {
+__device__ __forceinline__ void consume(const FwdParams& p, const CUtensorMap* o_map, FwdSharedStorage<Traits>& s, int ctid) {
   using Storage = FwdSharedStorage<Traits>;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
@@ -202,6 +205,9 @@ __device__ void consume(const FwdParams& p, const CUtensorMap* o_map, FwdSharedS
       Tensor acc_s_rc = rowcol(acc_s);
       float rescale[decltype(size<0>(acc_o_rc))::value];
       softmax.update(acc_s_rc, rescale, kScaleInSoftmax ? p.scale_log2 : kLog2e);
+      // Before the wait for the previous P V: the Philox rounds run under it.
+      if constexpr (Traits::kDropout)
+        if (p.dropout) apply_dropout_rows_paired(p, origin, acc_s, tScS);
       if constexpr (!kFirst) {
         warpgroup_wait<0>();
         pv_done();
@@ -241,7 +247,8 @@ __device__ void consume(const FwdParams& p, const CUtensorMap* o_map, FwdSharedS
     warpgroup_wait<0>();
     pv_done();
 
-    write_output<Traits>(p, o_map, s, q_at.stage, seq, work.h, m0, rows, acc_o, softmax, ctid);
+    const float out_scale = Traits::kDropout && p.dropout ? p.dropout_scale : 1.0f;
+    write_output<Traits>(p, o_map, s, q_at.stage, seq, work.h, m0, rows, acc_o, softmax, out_scale, ctid);
     if constexpr (Storage::kOutputInQ) s.q_barriers.release(q_at);  // after the epilogue's use of its space
     q_at.advance();
   });

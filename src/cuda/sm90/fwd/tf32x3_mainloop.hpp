@@ -203,7 +203,7 @@ __device__ void consume_tf32x3(const FwdParams& p, Tf32x3FwdStorage<Traits>& s, 
     CUTE_NO_UNROLL
     for (; n >= t.first; --n) key_tile(n, KeyTileKind<KeyTile::masked>{});
 
-    write_output<Traits>(p, nullptr, s, q_at.stage, seq, work.h, m0, rows, acc_o, softmax, ctid);
+    write_output<Traits>(p, nullptr, s, q_at.stage, seq, work.h, m0, rows, acc_o, softmax, 1.0f, ctid);
     s.q_barriers.release(q_at);  // after the epilogue's use of its space
     q_at.advance();
   });

@@ -42,6 +42,7 @@ struct FwdTraits {
   static constexpr ConsumerSchedule kSchedule = kSchedule_;
   static constexpr bool kBiasTile = false;  // FwdBiasTraits below says true
   static constexpr int kBiasStages = 1;     // of the bias ring (a position nothing advances without one)
+  static constexpr bool kDropout = false;   // FwdDropoutTraits below says true
   static_assert(kHeadDim % kTmaBoxCols<Element> == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
 
   static constexpr int kWarpgroupThreads = 128;
@@ -85,6 +86,16 @@ struct FwdBiasTraits : Base {
   static_assert(Base::kBlockN % kTmaBoxCols<typename Base::Element> == 0, "the bias tile is whole TMA boxes");
   static constexpr int kTileElemsBias = Base::kBlockM * Base::kBlockN;
   static constexpr std::uint32_t kTileBytesBias = kTileElemsBias * sizeof(typename Base::Element);
+};
+
+// A forward row with dropout (kDropout | kDropoutPaired rows): each tile's probabilities lose the
+// elements that core/philox.hpp's stream drops (dropout.hpp, each Philox call shared by the two
+// lanes that hold its four keys) after the row sums have taken them and before P V; the output is
+// scaled by 1 / (1 - p) at the end. The mask is a function of (seed, offset, b, h, i, j) alone, so
+// the backward's rows (any family) regenerate it bit for bit.
+template <class Base>
+struct FwdDropoutTraits : Base {
+  static constexpr bool kDropout = true;
 };
 
 }  // namespace memattn::cuda::sm90

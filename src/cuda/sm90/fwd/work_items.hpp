@@ -105,7 +105,9 @@ __device__ __forceinline__ void for_each_handed_item(const FwdParams& p, FwdItem
 // among the kConsumerThreads consumer threads.
 template <class Traits, class Storage, class Body>
 __device__ __forceinline__ void for_each_consumer_item(const FwdParams& p, Storage& s, int ctid, const Body& body) {
-  for_each_handed_item(p, s.items, [&](const FwdHandedItem& h) {
+  // Inlined by force: with dropout's code the body outgrew nvcc's inlining budget, and a call in
+  // the consumers' walk serialises every wgmma of the kernel (ptxas C7510).
+  for_each_handed_item(p, s.items, [&](const FwdHandedItem& h) __attribute__((always_inline)) {
     const FwdItemTiles it = h.tiles;  // copied: within 2% of reading it in place, either way (H200)
     if (h.sees_keys) body(it);
     else if (it.rows > 0)  // the producer loads nothing for it either
