@@ -22,9 +22,9 @@ from torch.nn.attention import sdpa_kernel
 import bench
 
 
-def configs():
+def configs(dims):
     return [dict(dtype="bf16", D=d, S=s, causal=causal, bias=False, hidden=2048)
-            for d in (64, 128, 256) for causal in (False, True) for s in (2048, 8192)]
+            for d in dims for causal in (False, True) for s in (2048, 8192)]
 
 
 def main():
@@ -33,6 +33,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--p", type=float, default=0.1, help="dropout probability")
     ap.add_argument("--passes", default="fwd,bwd")
+    ap.add_argument("--dims", default="64,128,256", help="head dims to run")
     ap.add_argument("--commit", default=os.environ.get("MEMATTN_COMMIT", "unknown"))
     args = ap.parse_args()
     passes = tuple(args.passes.split(","))
@@ -47,7 +48,7 @@ def main():
         impls.append((name, attend))
 
     results = []
-    for i, cfg in enumerate(configs()):
+    for i, cfg in enumerate(configs([int(d) for d in args.dims.split(",")])):
         inputs = bench.make_inputs(cfg, seed=1000 + i)
         row = dict(cfg, p=args.p, times={})
         for name, attend in impls:

@@ -328,6 +328,8 @@ SM90_BACKWARD_FUSED_WGMMA_MIN_QUERIES_PER_KEY = {64: 256, 128: 256, 192: 0, 256:
 # 0.382 vs 0.443 (two-kernel); D = 128 S = 512 0.548 vs 0.630, causal 0.450 vs 0.495, S = 256
 # 0.403 vs 0.435; S = 256 causal and S = 128 within 3% of the best. At 64 (S = 128 causal) they
 # lose 10-12% to the two-kernel rows.
+# With dropout (BwdDropoutTraits) the same tiles: the keep bits of each step's P^T come from the
+# common paired Philox code (four lanes share a call's words), before P^T and dS^T are formed.
 SM90_BACKWARD_TMA_TILES = {64: (128, 128, 2, 128), 128: (64, 128, 2, 128)}
 # The same with a bias tile (as SM80_BACKWARD_FUSED_BIAS_TILES: the step's bias by cp.async, dS back
 # through it for dbias). H100, bf16, dense bias, CLI against the sm80 bias rows: D = 128 S = 2048
@@ -558,6 +560,9 @@ def backward_rows():
                 tm, tn, _, tq = SM90_BACKWARD_TMA_TILES[head_dim]
                 rows.append(Row(90, "bwd", dtype, head_dim, tm, tn, sm90_forward_warps(tn), "registers", "vector16",
                                 False, False, math="wgmma", atomics=True, fused=True, tma=True,
+                                min_queries_per_key=tq))
+                rows.append(Row(90, "bwd", dtype, head_dim, tm, tn, sm90_forward_warps(tn), "registers", "vector16",
+                                False, True, math="wgmma", atomics=True, fused=True, tma=True, dropout_paired=True,
                                 min_queries_per_key=tq))
             if head_dim in SM90_BACKWARD_FUSED_WGMMA_BIAS_TILES:
                 tm, tn, tw = SM90_BACKWARD_FUSED_WGMMA_BIAS_TILES[head_dim]

@@ -164,7 +164,9 @@ INSTANTIATE_TEST_SUITE_P(WideHeads, CudaBackwardOnePass, ::testing::ValuesIn(one
 // one_pass_rows() finds the rows by the parts of their names, and skips a case when it finds none:
 // were the names to change, every case above would be skipped. So each one-pass row of the build
 // (a backward row with atomics, sm80's or sm90's) must be found for a problem of its dtype, bucket
-// and bias. No GPU needed.
+// and bias. The Hopper rows with dropout are not searched for (the cases above have none; the row
+// tests and the CudaBackwardPersistent, CudaBackwardHopper and determinism tests run them). No GPU
+// needed.
 TEST(CudaBackwardOnePassRows, TheSearchFindsEveryOnePassRow) {
   int rows = 0;
   for (const KernelInfo& k : list_kernels()) {
@@ -172,6 +174,7 @@ TEST(CudaBackwardOnePassRows, TheSearchFindsEveryOnePassRow) {
                wgmma = k.name.find("_wgmma_fused_") != std::string::npos ||
                        k.name.find("_wgmma_tma_fused_") != std::string::npos;
     if (!(sm80 || wgmma) || k.description.find(", atomics") == std::string::npos) continue;
+    if (k.description.find(", dropout") != std::string::npos) continue;
     ++rows;
     // <pass>_sm<family>_<dtype>_d<bucket>_...: the format test_cuda_rows.cpp reads too.
     const std::size_t dtype_at = std::string("bwd_sm80_").size(), bucket_at = k.name.find("_d", dtype_at);
@@ -294,7 +297,8 @@ TEST(CudaBackwardTailSplit, SplitTilesMatchTheReference) {
 // row, the second's the last 32 (one masked step per query head), the third's none (empty items,
 // drawn and done at once); the fp16 rows run bottom-right causal with 16 queries (one short step
 // per query head, masked on the last key tile). Short query lengths keep the naive check short.
-// Every warp-specialised row of the build, forced, against the reference.
+// Every warp-specialised row of the build, forced, against the reference (the dropout rows with
+// dropout).
 TEST(CudaBackwardPersistent, EveryDrawnItemMatchesTheReference) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const GpuInfo gpu = current_gpu();
@@ -311,6 +315,7 @@ TEST(CudaBackwardPersistent, EveryDrawnItemMatchesTheReference) {
         problem_shape(kBatch, top_left ? 160 : 16, kSeqlenK, 2 * heads_k, heads_k, head_dim, head_dim);
     s.dtype = dtype;
     s.mask = Mask::causal(top_left ? Alignment::top_left : Alignment::bottom_right);
+    if (row.find("_vec_drop") != std::string::npos) s.dropout = {0.2, 77, 5};  // the dropout rows
     s.backend = Backend::cuda;
     s.backward_overrides.kernel = row;
     if (const std::string why = forced_row_refusal(s); !why.empty()) {
@@ -340,6 +345,7 @@ TEST(CudaBackwardHopper, VariableLengthsMatchTheReference) {
         s.dtype = row.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
         s.mask = mask;
         s.deterministic = deterministic;
+        if (row.find("_vec_drop") != std::string::npos) s.dropout = {0.3, 8, 1};
         s.backend = Backend::cuda;
         s.backward_overrides.kernel = row;
         SCOPED_TRACE(row);
@@ -389,6 +395,7 @@ TEST(CudaBackwardDeterminism, HopperRowsAddDqInKeyTileOrder) {
       s.dtype = bf16 ? DType::bf16 : DType::f16;
       s.mask = c.mask;
       s.deterministic = true;
+      if (row.find("_vec_drop") != std::string::npos) s.dropout = {0.1, 31, 2};
       s.backend = Backend::cuda;
       s.backward_overrides.kernel = row;
       if (const std::string why = forced_row_refusal(s); !why.empty()) {

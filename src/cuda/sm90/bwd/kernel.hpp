@@ -1,11 +1,11 @@
-// The Hopper backward (sm_90a), plain problems (fixed or variable lengths) with D, Dv up to
-// kHeadDim: a persistent, warp-specialised one-pass backward. One CTA per SM draws work items (key
-// tiles) as it finishes one (tile_scheduler.hpp), so that the next item's Q and dO load during the
-// last one's final steps and no CTA is launched per item. Two producer warps load K and V, and Q,
-// dO (TMA) and the row statistics (producer.hpp); the consumer warpgroups compute dK, dV and each
-// step's dQ, which leaves by bulk reductions into the fp32 workspace (mainloop.hpp, dq_out.hpp;
-// `deterministic`: by a third producer warp, in key-tile order, dq_writer.hpp), then write dK and
-// dV (epilogue.hpp).
+// The Hopper backward (sm_90a), problems without a bias (fixed or variable lengths; dropout on
+// BwdDropoutTraits rows) with D, Dv up to kHeadDim: a persistent, warp-specialised one-pass
+// backward. One CTA per SM draws work items (key tiles) as it finishes one (tile_scheduler.hpp), so
+// that the next item's Q and dO load during the last one's final steps and no CTA is launched per
+// item. Two producer warps load K and V, and Q, dO (TMA) and the row statistics (producer.hpp); the
+// consumer warpgroups compute dK, dV and each step's dQ, which leaves by bulk reductions into the
+// fp32 workspace (mainloop.hpp, dq_out.hpp; `deterministic`: by a third producer warp, in key-tile
+// order, dq_writer.hpp), then write dK and dV (epilogue.hpp).
 // Registers move from the producer warpgroup to the consumers (setmaxnreg; it needs the register
 // cap of __launch_bounds__(threads, 1)).
 #pragma once

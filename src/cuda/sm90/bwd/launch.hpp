@@ -40,9 +40,15 @@ Status backward_tensor_maps(const BwdParams& p, TmaBwdParams* tp) {
   return make_tma_map(v, Traits::kBlockN, &tp->v);
 }
 
-template <class Traits, unsigned kFeatures>
+// The rows with dropout (kDropout | kDropoutPaired) run the kernel of BwdDropoutTraits<Row>.
+template <class Row, unsigned kFeatures>
+using BwdRowTraits = std::conditional_t<(kFeatures & kDropout) != 0, BwdDropoutTraits<Row>, Row>;
+
+template <class Row, unsigned kFeatures>
 Status launch_backward(const BwdParams& params, cudaStream_t stream) {
-  static_assert(kFeatures == kPlain, "the Hopper backward takes plain problems");
+  static_assert(kFeatures == kPlain || kFeatures == (kDropout | kDropoutPaired),
+                "the Hopper backward takes plain problems or dropout");
+  using Traits = BwdRowTraits<Row, kFeatures>;
   static_assert(sizeof(BwdSharedStorage<Traits>) <= kSmemPerCta);
   BwdParams p = params;
   p.dq_accum.swizzled = p.dq_accum.ld == Traits::kHeadDim;  // the stage is the workspace's tile
@@ -66,8 +72,9 @@ Status launch_backward(const BwdParams& params, cudaStream_t stream) {
   });
 }
 
-template <class Traits, unsigned kFeatures>
+template <class Row, unsigned kFeatures>
 Status backward_resources(KernelResources* r) {
+  using Traits = BwdRowTraits<Row, kFeatures>;
   return resources(backward_kernel<Traits, DqAdds::any_order>, Traits::kThreads, kBwdSmemBytes<Traits>, r);
 }
 

@@ -30,6 +30,7 @@ struct BwdTraits {
   static constexpr int kBlockM = kBlockM_;    // queries per step
   static constexpr int kBlockN = kBlockN_;    // keys per CTA
   static constexpr int kStages = kStages_;    // Q, dO and row-statistics buffers
+  static constexpr bool kDropout = false;     // BwdDropoutTraits below says true
   static_assert(kHeadDim % kTmaBoxCols<Element> == 0 && kBlockN == 128 && kStages >= 2);
 
   static constexpr int kWarpgroupThreads = 128;
@@ -66,6 +67,14 @@ struct BwdTraits {
   static constexpr std::uint32_t kTileBytesKV = kTileElemsKV * sizeof(Element);
   static_assert(int(cosize_v<SmemLayoutQ>) == kTileElemsQ && int(cosize_v<SmemLayoutKV>) == kTileElemsKV &&
                 int(cosize_v<SmemLayoutPt>) == kTileElemsP);
+};
+
+// A backward row with dropout (kDropout | kDropoutPaired rows): each step's P^T and dS^T take the
+// keep mask of dropout_keep() (the forward's, regenerated from (seed, offset, b, h, i, j)), each
+// Philox call shared by the four lanes that hold its keys (dropout.hpp, ScoreRows::keys).
+template <class Base>
+struct BwdDropoutTraits : Base {
+  static constexpr bool kDropout = true;
 };
 
 }  // namespace memattn::cuda::sm90
