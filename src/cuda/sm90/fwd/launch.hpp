@@ -78,8 +78,9 @@ Status forward_tensor_maps(const FwdParams& p, TmaFwdParams* tp) {
 // The rows with a bias (kBias | kBiasTile) run the kernel of FwdBiasTraits<Traits>, those with
 // dropout (kDropout | kDropoutPaired) FwdDropoutTraits<Traits>'s.
 template <class Traits, unsigned kFeatures>
-using FwdRowTraits = std::conditional_t<tiles_bias(kFeatures), FwdBiasTraits<Traits>,
-                                        std::conditional_t<(kFeatures & kDropout) != 0, FwdDropoutTraits<Traits>, Traits>>;
+using FwdRowTraits =
+    std::conditional_t<tiles_bias(kFeatures), FwdBiasTraits<Traits>,
+                       std::conditional_t<(kFeatures & kDropout) != 0, FwdDropoutTraits<Traits>, Traits>>;
 
 template <class Row, unsigned kFeatures>
 Status launch_forward(const FwdParams& p, cudaStream_t stream) {

@@ -6,8 +6,8 @@
 // right after the next tile's S GEMM so that it runs under that tile's softmax, and the V buffer
 // released when it completes. On the rows with a bias (FwdBiasTraits) each tile's bias comes from
 // its ring, added with the scale before the mask; on the rows with dropout (FwdDropoutTraits) the
-// dropped probabilities are zeroed after the softmax. Each warpgroup owns 64 query rows; the epilogue (epilogue.hpp)
-// writes them.
+// dropped probabilities are zeroed after the softmax. Each warpgroup owns 64 query rows; the
+// epilogue (epilogue.hpp) writes them.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -100,7 +100,8 @@ __device__ __forceinline__ void zero_v_rows(typename Traits::Element* v_tile, in
 // ctid: the thread's index among the consumer threads; o_map: write_output's. Inlined by force,
 // as the item walk's body (work_items.hpp): a call would serialise its wgmma.
 template <class Traits>
-__device__ __forceinline__ void consume(const FwdParams& p, const CUtensorMap* o_map, FwdSharedStorage<Traits>& s, int ctid) {
+__device__ __forceinline__ void consume(const FwdParams& p, const CUtensorMap* o_map, FwdSharedStorage<Traits>& s,
+                                        int ctid) {
   using Storage = FwdSharedStorage<Traits>;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
