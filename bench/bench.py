@@ -129,6 +129,15 @@ def check_memattn(attend, cfg, inputs):
     return (out.float() - ref.float()).abs().max().item()
 
 
+def run_meta(commit, iters):
+    """What a results file records about its run: date, GPU, driver, torch, cuDNN, commit."""
+    props = torch.cuda.get_device_properties(0)
+    driver = os.popen("nvidia-smi --query-gpu=driver_version --format=csv,noheader").read().strip()
+    return dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                gpu=props.name, sms=props.multi_processor_count, driver=driver, torch=torch.__version__,
+                cudnn=torch.backends.cudnn.version(), commit=commit, iters=iters)
+
+
 def fmt(x, digits=0):
     return "—" if x is None else f"{x:.{digits}f}"
 
@@ -147,11 +156,7 @@ def main():
     args = ap.parse_args()
 
     impls = [("memattn", memattn_attend())] + [(name, sdpa(backend)) for name, backend in PEERS]
-    props = torch.cuda.get_device_properties(0)
-    driver = os.popen("nvidia-smi --query-gpu=driver_version --format=csv,noheader").read().strip()
-    meta = dict(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                gpu=props.name, sms=props.multi_processor_count, driver=driver, torch=torch.__version__,
-                cudnn=torch.backends.cudnn.version(), commit=args.commit, iters=args.iters)
+    meta = run_meta(args.commit, args.iters)
     rows = suite()
     if args.only:
         rows = [rows[int(i)] for i in args.only.split(",")]

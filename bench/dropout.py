@@ -11,7 +11,6 @@ the float64 reference and dropout_keep()'s mask), not here: other backends draw 
 Writes <out>/dropout.md and <out>/dropout.json.
 """
 import argparse
-import datetime
 import json
 import os
 
@@ -77,10 +76,10 @@ def main():
             lines.append(f"| {row['D']} | {row['S']} | {int(row['causal'])} | {pass_} | {bench.fmt(tf['memattn'])} | "
                          + " | ".join(cells) + " |")
     os.makedirs(args.out, exist_ok=True)
-    meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-                commit=args.commit)
+    meta = bench.run_meta(args.commit, args.iters)
     with open(os.path.join(args.out, "dropout.md"), "w") as f:
-        f.write(f"# Dropout ({meta['gpu']}, {meta['date']}, commit {meta['commit']}, torch {meta['torch']})\n\n")
+        f.write(f"# Dropout ({meta['gpu']}, driver {meta['driver']}, {meta['date']}, commit {meta['commit']}, "
+                f"torch {meta['torch']}, cuDNN {meta['cudnn']})\n\n")
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(args.out, "dropout.json"), "w") as f:
         json.dump(dict(meta=meta, rows=results), f, indent=1)

@@ -165,21 +165,14 @@ SM90_FORWARD_TILES = [(64, 192, 96, 3, "ping_pong", 2048), (64, 128, 128, 3, "pi
 
 
 # The Hopper forward with a bias (FwdBiasTraits: each key tile's bias by TMA into a two-stage ring
-# beside K and V, whole 64-key boxes): head dim, queries, keys, K/V stages, schedule, queries per
-# key, as above. The ring takes 32 KB a stage at 128 x 128 (16 KB at D = 256's 128 x 64), so at
-# D = 128 and 256 the output goes through the Q tile (storage.hpp), and D = 64 keeps two consumer
-# warpgroups of 128 keys (192 x 96 has no whole boxes).
-SM90_FORWARD_BIAS_TILES = [(64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
-                           (128, 128, 128, 2, "independent", SM80_MANY_QUERIES),
-                           (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
-
-
-# The Hopper forward with dropout (FwdDropoutTraits: the dropped probabilities zeroed between the
-# softmax and P V, each Philox call shared by two lanes): head dim, queries, keys, K/V stages,
-# schedule, queries per key, as above. Two consumer warpgroups at every bucket: the Philox rounds
-# (a call per four scores a lane pair) need registers that D = 64's three-warpgroup row (160 a
-# thread) does not have. Dropout with a bias runs on the sm80 rows.
-SM90_FORWARD_DROPOUT_TILES = [(64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
+# beside K and V, whole 64-key boxes) or with dropout (FwdDropoutTraits: the dropped probabilities
+# zeroed between the softmax and P V, each Philox call shared by two lanes): head dim, queries,
+# keys, K/V stages, schedule, queries per key, as above. The bias ring takes 32 KB a stage at
+# 128 x 128 (16 KB at D = 256's 128 x 64), so at D = 128 and 256 the output goes through the Q tile
+# (storage.hpp), and D = 64 keeps two consumer warpgroups of 128 keys (192 x 96 has no whole
+# boxes); dropout's Philox rounds (a call per four scores a lane pair) need registers that D = 64's
+# three-warpgroup row (160 a thread) does not have. Dropout with a bias runs on the sm80 rows.
+SM90_FORWARD_FEATURE_TILES = [(64, 128, 128, 3, "ping_pong", SM80_MANY_QUERIES),
                               (128, 128, 128, 2, "independent", SM80_MANY_QUERIES),
                               (256, 128, 64, 2, "independent", SM80_MANY_QUERIES)]
 
@@ -482,10 +475,9 @@ def all_rows():
         for head_dim, bm, bn, _, _, min_queries in SM90_FORWARD_TILES:
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, sm90_forward_warps(bm), "registers", "vector16", False,
                             False, math="wgmma", tma=True, min_queries_per_key=min_queries))
-        for head_dim, bm, bn, _, _, min_queries in SM90_FORWARD_BIAS_TILES:
+        for head_dim, bm, bn, _, _, min_queries in SM90_FORWARD_FEATURE_TILES:
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, sm90_forward_warps(bm), "registers", "vector16", True,
                             False, math="wgmma", tma=True, bias_tile=True, min_queries_per_key=min_queries))
-        for head_dim, bm, bn, _, _, min_queries in SM90_FORWARD_DROPOUT_TILES:
             rows.append(Row(90, "fwd", dtype, head_dim, bm, bn, sm90_forward_warps(bm), "registers", "vector16", False,
                             True, math="wgmma", tma=True, dropout_paired=True, min_queries_per_key=min_queries))
         for head_dim, (bm, bn, warps, ctas) in SM90_WIDE_WGMMA_TILES.items():
@@ -681,7 +673,7 @@ def template_args(r):
         stages = SM90_TF32X3_FORWARD_TILES[r.head_dim][2]
         return f"sm90::Tf32x3FwdTraits<{r.head_dim}, {r.block_n}, {stages}>, {features}"
     if r.tma:
-        tiles = SM90_FORWARD_BIAS_TILES if r.bias else SM90_FORWARD_DROPOUT_TILES if r.dropout else SM90_FORWARD_TILES
+        tiles = SM90_FORWARD_FEATURE_TILES if r.bias or r.dropout else SM90_FORWARD_TILES
         stages, schedule = next((t[3], t[4]) for t in tiles if (t[0], t[1], t[2]) == (r.head_dim, r.block_m, r.block_n))
         return (f"sm90::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {stages}, "
                 f"sm90::ConsumerSchedule::{schedule}, {r.block_m // 64}>, {features}")

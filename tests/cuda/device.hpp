@@ -36,4 +36,10 @@ inline std::vector<std::string> rows_named(const std::string& prefix, const std:
   return out;
 }
 
+// Whether a row's name ends with its features' tag ("_bias", "_drop": rows_named's rows that take
+// those problems).
+inline bool ends_with(const std::string& name, const std::string& tail) {
+  return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 }  // namespace memattn::testing

@@ -315,7 +315,7 @@ TEST(CudaBackwardPersistent, EveryDrawnItemMatchesTheReference) {
         problem_shape(kBatch, top_left ? 160 : 16, kSeqlenK, 2 * heads_k, heads_k, head_dim, head_dim);
     s.dtype = dtype;
     s.mask = Mask::causal(top_left ? Alignment::top_left : Alignment::bottom_right);
-    if (row.find("_vec_drop") != std::string::npos) s.dropout = {0.2, 77, 5};  // the dropout rows
+    if (ends_with(row, "_drop")) s.dropout = {0.2, 77, 5};  // the dropout rows
     s.backend = Backend::cuda;
     s.backward_overrides.kernel = row;
     if (const std::string why = forced_row_refusal(s); !why.empty()) {
@@ -345,7 +345,7 @@ TEST(CudaBackwardHopper, VariableLengthsMatchTheReference) {
         s.dtype = row.find("_bf16_") != std::string::npos ? DType::bf16 : DType::f16;
         s.mask = mask;
         s.deterministic = deterministic;
-        if (row.find("_vec_drop") != std::string::npos) s.dropout = {0.3, 8, 1};
+        if (ends_with(row, "_drop")) s.dropout = {0.3, 8, 1};
         s.backend = Backend::cuda;
         s.backward_overrides.kernel = row;
         SCOPED_TRACE(row);
@@ -395,7 +395,7 @@ TEST(CudaBackwardDeterminism, HopperRowsAddDqInKeyTileOrder) {
       s.dtype = bf16 ? DType::bf16 : DType::f16;
       s.mask = c.mask;
       s.deterministic = true;
-      if (row.find("_vec_drop") != std::string::npos) s.dropout = {0.1, 31, 2};
+      if (ends_with(row, "_drop")) s.dropout = {0.1, 31, 2};
       s.backend = Backend::cuda;
       s.backward_overrides.kernel = row;
       if (const std::string why = forced_row_refusal(s); !why.empty()) {

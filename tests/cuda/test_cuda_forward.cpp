@@ -22,10 +22,6 @@
 namespace memattn::testing {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 class CudaForward : public ::testing::TestWithParam<NamedCase> {};
 
 TEST_P(CudaForward, MatchesReference) {

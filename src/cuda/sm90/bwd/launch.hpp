@@ -46,9 +46,8 @@ using BwdRowTraits = std::conditional_t<(kFeatures & kDropout) != 0, BwdDropoutT
 
 template <class Row, unsigned kFeatures>
 Status launch_backward(const BwdParams& params, cudaStream_t stream) {
-  static_assert(kFeatures == kPlain || kFeatures == (kDropout | kDropoutPaired),
-                "the Hopper backward takes plain problems or dropout");
   using Traits = BwdRowTraits<Row, kFeatures>;
+  static_assert(Traits::kFeatures == kFeatures, "the Hopper backward takes plain problems or dropout");
   static_assert(sizeof(BwdSharedStorage<Traits>) <= kSmemPerCta);
   BwdParams p = params;
   p.dq_accum.swizzled = p.dq_accum.ld == Traits::kHeadDim;  // the stage is the workspace's tile

@@ -110,8 +110,7 @@ __device__ void consume(const BwdParams& p, BwdSharedStorage<Traits>& s, int cti
           [&](int kk) { exp_scores_part<kSlicesK, ScoreRows::keys>(acc_s, coord_s, lse2, p.scale_log2, kk); });
       const TileOrigin origin{w.tile.b, at.h, at.m0, t.n0, seq.q_len, seq.k_len};
       const bool masked = !(visible_begin <= at.m0 && at.m0 + rows <= visible_end);
-      constexpr unsigned kFeatures = Traits::kDropout ? kDropout | kDropoutPaired : kPlain;
-      gradient_tile<Element, kFeatures, ScoreRows::keys, Dbias::write, ScoresIn::probabilities>(
+      gradient_tile<Element, Traits::kFeatures, ScoreRows::keys, Dbias::write, ScoresIn::probabilities>(
           p, rule, origin, masked, acc_s, acc_dp, coord_s, lse2, delta);
       Tensor p_frag = convert_fragment<Element>(acc_s);
       Tensor ds_frag = convert_fragment<Element>(acc_dp);

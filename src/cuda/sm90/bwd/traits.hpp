@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/fwd_common.hpp"
 #include "cuda/common/swizzled_tiles.hpp"
 #include "cuda/sm90/one_pass_gemms.hpp"
 #include "cuda/sm90/tma_map.hpp"
@@ -30,7 +31,7 @@ struct BwdTraits {
   static constexpr int kBlockM = kBlockM_;    // queries per step
   static constexpr int kBlockN = kBlockN_;    // keys per CTA
   static constexpr int kStages = kStages_;    // Q, dO and row-statistics buffers
-  static constexpr bool kDropout = false;     // BwdDropoutTraits below says true
+  static constexpr unsigned kFeatures = kPlain;  // gradient_tile's; BwdDropoutTraits below adds dropout
   static_assert(kHeadDim % kTmaBoxCols<Element> == 0 && kBlockN == 128 && kStages >= 2);
 
   static constexpr int kWarpgroupThreads = 128;
@@ -74,7 +75,7 @@ struct BwdTraits {
 // Philox call shared by the four lanes that hold its keys (dropout.hpp, ScoreRows::keys).
 template <class Base>
 struct BwdDropoutTraits : Base {
-  static constexpr bool kDropout = true;
+  static constexpr unsigned kFeatures = kDropout | kDropoutPaired;
 };
 
 }  // namespace memattn::cuda::sm90
