@@ -3,7 +3,9 @@
 of 30, us), so that host time (a Python call's launches, which bench/decode.py's timing includes)
 drops out. memattn on K/V tensors, attention_with_kvcache on a contiguous cache (one appended key,
 max_seqlen_k) with the dispatcher's split count and with 8..256 parts forced, and SDPA's FLASH and
-CUDNN backends, over a fixed list of decoding problems (bf16, one query row per sequence).
+CUDNN backends, over a fixed list of decoding problems (bf16, one query row per sequence). The last
+column reads as many bytes as K and V hold with one torch reduction (one kernel, over a tensor of
+its own) under the same flush and graph: what one kernel that only reads the bytes takes.
 
 With --lead each graph starts with one small kernel, as a decoding step's graph of many layers
 runs attention behind the layer's previous op, and the table gives the time beyond that kernel's
@@ -80,15 +82,17 @@ def main():
         lead_us = graph_us(lambda: None, flush, lead=lead)
         print(f"the small kernel alone: {lead_us:.1f} us (taken off every cell)")
     print("| B | Mk | Hq/Hk | D | tensors | " + " | ".join(f"cache ({s or 'auto'})" for s in SPLITS) + " | "
-          + " | ".join(name for name, _ in PEERS) + " |")
-    print("|---" * (5 + len(SPLITS) + len(PEERS)) + "|")
+          + " | ".join(name for name, _ in PEERS) + " | read K+V |")
+    print("|---" * (6 + len(SPLITS) + len(PEERS)) + "|")
     for b, mk, hq, hk, d in PROBLEMS:
         gen = torch.Generator(device=dev).manual_seed(1)
         rand = lambda *shape: torch.randn(*shape, generator=gen, device=dev, dtype=torch.bfloat16)
         q, k, v, k_new, v_new = rand(b, 1, hq, d), rand(b, mk, hk, d), rand(b, mk, hk, d), rand(b, 1, hk, d), rand(b, 1, hk, d)
+        kv = torch.zeros(2, b, mk, hk, d, device=dev, dtype=torch.bfloat16)  # read K+V's bytes
         held = torch.full((b,), mk - 1, dtype=torch.int32, device=dev)
         few = 256  # --warm-code: the keys of the call that runs first
         ks, vs = k[:, :few].contiguous(), v[:, :few].contiguous()
+        kvs = kv[:, :, :few].contiguous()
         held_few = torch.full((b,), few - 1, dtype=torch.int32, device=dev)
         warm = lambda small: small if args.warm_code else None
         cells = [cell(lambda: memattn.attention(q, k, v), flush, lead, lead_us,
@@ -106,6 +110,8 @@ def main():
                     return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                           enable_gqa=hq != hk)
             cells.append(cell(sdpa, flush, lead, lead_us, warm(lambda: sdpa(ks, vs))))
+        cells.append(cell(lambda: kv.sum(dtype=torch.float32), flush, lead, lead_us,
+                          warm(lambda: kvs.sum(dtype=torch.float32))))
         print(f"| {b} | {mk} | {hq}/{hk} | {d} | " + " | ".join(cells) + " |", flush=True)
 
 
