@@ -12,9 +12,10 @@ scripts/install_deps.sh
 # Without a GPU nothing runs the kernels, only their compile is tested: the sm80 family then gets
 # sm_80 SASS alone instead of sm_80 and sm_90 SASS and compute_80 PTX (three compiles of each of
 # its units: 31 of the 50 core-minutes of CI's build). sm_80, because the builds on the H100/H200
-# compile sm_90's (their code paths differ where a kernel asks for sm_90 instructions).
+# compile sm_90's (their code paths differ where a kernel asks for sm_90 instructions). With a GPU,
+# the CMake defaults (a build folder's earlier choice removed from its cache).
 if nvidia-smi -L >/dev/null 2>&1; then
-  targets=(-DMEMATTN_SM80_SASS="80;90" -DMEMATTN_SM80_PTX=ON)
+  targets=(-UMEMATTN_SM80_SASS -UMEMATTN_SM80_PTX)
 else
   targets=(-DMEMATTN_SM80_SASS=80 -DMEMATTN_SM80_PTX=OFF)
 fi
