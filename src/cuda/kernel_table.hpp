@@ -50,6 +50,8 @@ struct KernelRow {
   bool atomics;       // accumulates with atomics: not bit-reproducible (never with `deterministic`)
   bool tail_split;    // backward: the last wave's key tiles can be split along their queries (tail_split.hpp)
   bool split_keys;    // forward: a query tile's keys can be split over CTAs, the parts combined (split_keys.hpp)
+  // split_keys rows: the CTAs an SM that the part count fills (key_splits.hpp); 0: as many as fit.
+  int split_ctas_per_sm;
   bool tma;           // loads Q, K and V by TMA: needs tensors a tensor map describes (sm90/tma_map.hpp)
   // forward: K and V from a KV cache's pages; runs cache problems only. (The split_keys rows also
   // read a cache of one page per sequence, as strided tensors.)

@@ -59,6 +59,13 @@ SM80_MANY_QUERIES = 65
 # 0.653 -> 0.579. 32 rows with 2 warps fell between (H200). At D = 256 the 16-row tile spills.
 SM80_DECODE_TILES = {64: (16, 64, 1), 128: (16, 64, 1)}
 SM80_DECODE_QUERIES = 16
+# Up to SM80_DECODE_KERNEL_QUERIES queries per key (one query row, or the g <= 8 query heads of a
+# kv head as its rows) the plain problems take the decoding kernel (sm80/decode/): 8 rows as the
+# MMAs' n dimension, four warps sharing a work item's keys through a shared-memory ring of K and V
+# tiles, its parts planned at one CTA an SM (split_ctas_per_sm). The one-warp 16-row tile keeps 9
+# to 16 queries per key (chunked prefill, speculative decoding).
+SM80_DECODE_KERNEL_TILES = {64: (8, 64, 4), 128: (8, 64, 4)}
+SM80_DECODE_KERNEL_QUERIES = 8
 
 
 def few_queries_min(head_dim):
@@ -380,6 +387,7 @@ class Row:
     head_split: int = 1  # wide and one-pass rows: CTAs of a cluster that share the head dim (sm_90)
     tma: bool = False  # Q, K, V (and dO) by TMA into rings of a warp-specialised kernel (sm90/fwd/, sm90/bwd/)
     paged: bool = False  # forward: K and V from a KV cache's pages (paged_kv.hpp); cache problems only
+    decode: bool = False  # forward: the decoding kernel (sm80/decode/), at most 8 rows a work item
     # A smaller tile behind the bucket's default, for GPUs whose shared memory per CTA the default
     # does not fit (SM80_FEATURED_FALLBACK_TILES, SM80_BACKWARD_FUSED_FALLBACK_TILES).
     fallback: bool = False
@@ -401,8 +409,9 @@ class Row:
         paired = "_dpair" if self.dropout_paired else ""
         wide = f"_wide{split}" if self.wide else ""
         tma = "_tma" if self.tma else ""
+        decode = "_decode" if self.decode else ""
         return (f"{self.pass_}_sm{self.family}_{self.dtype}_d{self.head_dim}_m{self.block_m}n{self.block_n}"
-                f"w{self.warps}{acc}{math}{tma}{wide}{fused}{bias_tile}{paired}_{loads}_{self.features}")
+                f"w{self.warps}{acc}{math}{tma}{wide}{fused}{decode}{bias_tile}{paired}_{loads}_{self.features}")
 
     @property
     def sort_head_dim(self):
@@ -445,7 +454,11 @@ def all_rows():
                 rows.append(Row(80, "fwd", dtype, head_dim, *few, "registers", "vector16", False, False,
                                 min_queries_per_key=few_queries_min(head_dim)))
             if decode:
-                rows.append(Row(80, "fwd", dtype, head_dim, *decode, "registers", "vector16", False, False))
+                rows.append(Row(80, "fwd", dtype, head_dim, *decode, "registers", "vector16", False, False,
+                                min_queries_per_key=SM80_DECODE_KERNEL_QUERIES + 1))
+            if head_dim in SM80_DECODE_KERNEL_TILES:
+                rows.append(Row(80, "fwd", dtype, head_dim, *SM80_DECODE_KERNEL_TILES[head_dim], "registers",
+                                "vector16", False, False, decode=True))
             rows.append(Row(80, "fwd", dtype, head_dim, fm, fn, fw, "registers", "vector16", True, True,
                             dropout_paired=True))
             rows.append(Row(80, "fwd", dtype, head_dim, em, en, ew, "registers", "element", True, True))
@@ -571,7 +584,7 @@ def backward_rows():
 def row_kind(r):
     """What makes a row a different kernel (not just another size of one): what `reduced` keeps one of."""
     return (r.family, r.pass_, r.dtype == "fp32", r.accumulator, r.math, r.atomics, r.fused, r.bias_tile,
-            r.dropout_paired, r.wide, r.head_split, r.tma, r.paged, r.loads, r.features)
+            r.dropout_paired, r.wide, r.head_split, r.tma, r.paged, r.decode, r.loads, r.features)
 
 
 def catch_all(r):
@@ -642,6 +655,15 @@ def splits_keys(r):
             and not r.wide)
 
 
+def split_ctas_per_sm(r):
+    """The CTAs an SM that a split-keys row's part count fills (0: as many as fit). The decoding
+    kernel's parts are planned at one an SM though two fit: its four warps read a part at about
+    the SM's share of the bandwidth, and more parts only add to the combine (H200, bf16, 32-8 heads,
+    B 1-64, 2k and 8k keys: the best count was the one that gives each SM one CTA, and with it the
+    kernel ran level with the one-warp tile or ahead)."""
+    return 1 if r.decode else 0
+
+
 def template_args(r):
     loads = "Loads::vector16" if r.loads == "vector16" else "Loads::element"
     features = " | ".join([f for f, on in (("kBias", r.bias), ("kDropout", r.dropout),
@@ -677,6 +699,9 @@ def template_args(r):
         stages, schedule = next((t[3], t[4]) for t in tiles if (t[0], t[1], t[2]) == (r.head_dim, r.block_m, r.block_n))
         return (f"sm90::FwdTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_n}, {stages}, "
                 f"sm90::ConsumerSchedule::{schedule}, {r.block_m // 64}>, {features}")
+    if r.decode:
+        return (f"sm80::DecodeTraits<{ELEMENT_TYPES[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, {r.warps}>, "
+                f"{features}")
     if r.wide:
         math = ", GemmKind::wgmma" if r.math == "wgmma" else ""
         split = f", {r.head_split}" if r.head_split > 1 or math else ""
@@ -716,6 +741,8 @@ def launcher(r):
     if r.pass_ == "bwd":
         suffix = "" if r.accumulator == "registers" else "_global" if r.math == "ffma" else "_gacc"
         return "cuda/sm80/bwd_launch.hpp", f"sm80::launch_backward{suffix}", f"sm80::backward{suffix}_resources", "BwdParams"
+    if r.decode:
+        return "cuda/sm80/decode/launch.hpp", "sm80::launch_forward_decode", "sm80::forward_decode_resources", "FwdParams"
     suffix = "_fp32" if r.math == "ffma" else "_global" if r.accumulator == "global" else ""
     return "cuda/sm80/fwd_launch.hpp", f"sm80::launch_forward{suffix}", f"sm80::forward{suffix}_resources", "FwdParams"
 
@@ -798,7 +825,8 @@ namespace memattn::cuda::generated {{
             f'      {{"{r.name}", Family::sm{r.family}, {CPP_DTYPE[r.dtype]}, {r.head_dim}, {r.block_m}, {r.block_n}, '
             f'{r.warps}, Accumulator::{r.accumulator}, Math::{r.math}, {16 // ELEMENT_BYTES[r.dtype] if r.loads == "vector16" else 1}, '
             f'{str(r.bias).lower()}, {str(r.dropout).lower()}, {str(r.bias_tile).lower()}, {str(r.atomics).lower()}, '
-            f'{str(r.fused and r.head_split == 1).lower()}, {str(splits_keys(r)).lower()}, {str(r.tma).lower()}, {str(r.paged).lower()}, '
+            f'{str(r.fused and r.head_split == 1).lower()}, {str(splits_keys(r)).lower()}, {split_ctas_per_sm(r)}, '
+            f'{str(r.tma).lower()}, {str(r.paged).lower()}, '
             f'{r.min_queries_per_key}, {i}, '
             f'&generated::{r.name}, &generated::{r.name}_resources}},'
             for i, r in enumerate(x for x in rows if x.pass_ == pass_))

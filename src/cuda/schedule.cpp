@@ -84,8 +84,9 @@ Status choose_tail_split(const BackwardKernel& k, const detail::Problem& p, cons
   return Status::Ok();
 }
 
-// Split keys (key_splits.hpp): the parts per query tile, from the resident CTAs and the key
-// tiles a query tile can see (a window bounded on both sides sees at most its width).
+// Split keys (key_splits.hpp): the parts per query tile, from the resident CTAs (or the row's
+// split_ctas_per_sm) and the key tiles a query tile can see (a window bounded on both sides sees
+// at most its width).
 Status choose_key_splits(const ForwardKernel& k, const detail::Problem& p, const KernelOverrides& overrides,
                          FwdParams* f) {
   f->num_splits = 1;
@@ -101,7 +102,10 @@ Status choose_key_splits(const ForwardKernel& k, const detail::Problem& p, const
     if (p.window_left != kUnbounded && p.window_right != kUnbounded)
       keys = std::min(keys, p.window_left + p.window_right + k.block_m + k.block_n);
     std::int64_t resident = 0;
-    if (Status s = resident_ctas(k, &resident); !s.ok()) return s;
+    if (k.split_ctas_per_sm > 0)
+      resident = std::int64_t(device_attribute(cudaDevAttrMultiProcessorCount)) * k.split_ctas_per_sm;
+    else if (Status s = resident_ctas(k, &resident); !s.ok())
+      return s;
     f->num_splits = plan_key_splits(f->num_blocks, resident, (keys + k.block_n - 1) / k.block_n);
   }
   f->num_blocks *= f->num_splits;

@@ -159,6 +159,65 @@ TEST(CudaForwardSplitKeys, EveryPartCountMatchesReference) {
   if (split == 0) std::printf("note: no problem's row splits keys in this build (no sm80 register rows for them)\n");
 }
 
+// The decoding rows (sm80/decode/), forced, on what they are for and on their edges: one query
+// row with 4 or 8 grouped heads as its rows (pack_gqa.hpp) or none, a few rows under a causal
+// mask, a window, keys that fill no whole 16-key step (and fewer than one step), D and Dv below the
+// bucket and apart, a negative scale, variable lengths with seqused_k, sequences without keys;
+// with the dispatcher's part count and forced ones (parts without keys among them).
+TEST(CudaForwardDecode, DecodingRowsMatchTheReference) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::string> rows;
+  for (const KernelInfo& k : list_kernels())
+    if (k.name.find("_decode_") != std::string::npos) rows.push_back(k.name);
+  if (rows.empty()) GTEST_SKIP() << "no decoding row in this build";
+  for (const std::string& row : rows) {
+    const bool fp16 = row.find("_fp16_") != std::string::npos;
+    const int bucket = std::atoi(row.c_str() + row.find("_d") + 2);
+    std::vector<tools::ProblemSpec> problems;
+    const auto problem = [&](std::int64_t mq, std::int64_t mk, std::int64_t hq, std::int64_t hk) -> tools::ProblemSpec& {
+      tools::ProblemSpec s;
+      s.batch = 3;
+      s.seqlen_q = mq;
+      s.seqlen_k = mk;
+      s.heads_q = hq;
+      s.heads_k = hk;
+      s.head_dim = s.head_dim_v = bucket;
+      s.dtype = fp16 ? DType::f16 : DType::bf16;
+      s.backend = Backend::cuda;
+      s.forward_overrides.kernel = row;
+      problems.push_back(s);
+      return problems.back();
+    };
+    problem(1, 1000, 16, 4).mask = Mask::causal(Alignment::bottom_right);
+    problem(1, 777, 16, 2);
+    problem(1, 300, 4, 4).mask = Mask::window(40, 0, Alignment::bottom_right);
+    problem(4, 517, 4, 2).mask = Mask::causal(Alignment::bottom_right);
+    problem(8, 5, 2, 2).mask = Mask::causal(Alignment::bottom_right);  // rows that see no key
+    problem(1, 7, 8, 2);
+    {
+      tools::ProblemSpec& s = problem(2, 333, 4, 1);
+      s.head_dim = bucket - 8;
+      s.head_dim_v = bucket - 24;
+      s.scale = -0.3;
+    }
+    {
+      tools::ProblemSpec& s = problem(0, 0, 8, 2);
+      s.varlen_q = {1, 3, 0, 1};
+      s.varlen_k = {500, 64, 10, 1000};
+      s.seqused_k = {480, 0, 0, 999};
+      s.varlen_outside = 2;
+    }
+    for (const tools::ProblemSpec& base : problems) {
+      for (const int splits : {0, 1, 3, 64}) {
+        tools::ProblemSpec s = base;
+        s.forward_overrides.num_splits = splits;
+        SCOPED_TRACE(row + ": " + s.describe());
+        check_case(s, {false});
+      }
+    }
+  }
+}
+
 // The Hopper rows (TMA loads) on an sm_90 GPU: the dispatcher picks one for a plain aligned problem
 // whose keys see many queries, and passes over it for K/V broadcast over the batch (a stride of 0
 // no tensor map describes), which then runs on another row; forced, the row refuses it before any

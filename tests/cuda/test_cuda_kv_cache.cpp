@@ -2,9 +2,10 @@
 // sequence on the plain rows, as strided tensors; the append, kv_cache.cu): the CPU test's calls
 // (support/kv_cache.hpp) with every buffer mirrored to the device. Contiguous, batch_idx and paged
 // caches (page 1, 16, 64, 256, 512: pages smaller than, equal to and larger than a key tile, and
-// one page per sequence) give outputs equal bit for bit, each matching the float64 reference read
-// before the append; the cache after the call holds the new keys at their slots (written by the
-// forward kernel, or past 16 new keys by the append kernel) and nothing else changed; split keys
+// one page per sequence) each match the float64 reference read before the append, and those that
+// run on the same row (one page per sequence: strided tensors) give outputs equal bit for bit; the
+// cache after the call holds the new keys at their slots (written by the forward kernel, or past
+// 16 new keys by the append kernel) and nothing else changed; split keys
 // (1 to 64 parts) agree with the reference; grouped heads of one query row run as rows (causal) or
 // not (a left window); fp32 caches of one page per sequence run on the 3xTF32 rows; refusals write
 // nothing.
@@ -74,6 +75,7 @@ Status run_on_device(Call& call, const ForwardArgs& host, int num_splits) {
   c.seqlens.data = d.upload(call.seqlens);
   if (c.batch_idx.defined()) c.batch_idx.data = d.upload(call.batch_idx);
   if (c.block_table.defined()) c.block_table.data = d.upload(call.block_table);
+  if (const Status p = describe_plan(a, &call.plan); !p.ok()) return p;
   const Status s = forward(a);
   if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
     return {StatusCode::device_error, cudaGetErrorString(e)};

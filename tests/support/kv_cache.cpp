@@ -202,7 +202,9 @@ void check_layouts(const Shape& shape, Backend backend, const std::vector<std::i
   for (const auto& [layout, page] : layouts) {
     SCOPED_TRACE("layout " + std::to_string(int(layout)) + ", page size " + std::to_string(page));
     const Call other = run_and_check(c, layout, page, backend, run);
-    // A kernel reads the same values in the same order whatever the layout.
+    // A kernel reads the same values in the same order whatever the layout; a layout that runs
+    // on another kernel has matched the reference above.
+    if (other.plan != contiguous.plan) continue;
     EXPECT_TRUE(other.out.bytes == contiguous.out.bytes) << "out differs from the contiguous cache's";
     EXPECT_TRUE(other.lse.bytes == contiguous.lse.bytes) << "lse differs from the contiguous cache's";
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "memattn/memattn.hpp"
@@ -42,6 +43,9 @@ struct Call {
   std::int64_t page_size = 0, num_pages = 0, pages_per_seq = 1;
   Buffer q, k_cache, v_cache, k_new, v_new, out, lse;
   std::vector<std::int32_t> seqlens, batch_idx, block_table;
+  // The plan that ran it (describe_plan's text), where the runner records one: the CUDA backend
+  // runs pages shorter than a sequence's capacity on other rows than strided caches.
+  std::string plan;
 
   ForwardArgs args(Backend backend = Backend::cpu);
 };

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/cp_async.hpp"
 #include "cuda/common/fwd_common.hpp"
 #include "cuda/common/fwd_params.hpp"
 
@@ -44,12 +45,6 @@ template <class Element>
 __device__ __forceinline__ float shared_bias_at(const FwdParams& p, const SharedBias& t, int r, int c) {
   const char* row = t.tile + r * t.pitch;
   return p.bias_is_f32 ? reinterpret_cast<const float*>(row)[c] : float(reinterpret_cast<const Element*>(row)[c]);
-}
-
-// 16 bytes from global to shared memory, of which the first src_bytes are read and the rest zeroed.
-__device__ __forceinline__ void cp_async_zfill16(void* smem_dst, const void* gmem_src, int src_bytes) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes));
 }
 
 // Issues the cp.async copies of the bias of query rows m0.. and keys n0.. of sequence b, head h
@@ -92,12 +87,6 @@ __device__ __forceinline__ void load_bias_tile(const FwdParams& p, int b, int h,
                                                std::int64_t q_len, std::int64_t k_len, char* dst) {
   if (p.bias_is_f32) load_bias_tile_of<kRows, kCols, kThreads, 4>(p, b, h, m0, n0, q_len, k_len, dst);
   else load_bias_tile_of<kRows, kCols, kThreads, 2>(p, b, h, m0, n0, q_len, k_len, dst);
-}
-
-// 16 bytes from global to shared memory.
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem_src));
 }
 
 // load_bias_tile with its copies unrolled, for kernels with registers to spare (the backward's):

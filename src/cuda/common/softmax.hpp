@@ -1,6 +1,7 @@
-// Online softmax on register fragments, in base 2. kRowThreads consecutive lanes share a row (the
-// four threads of a quad for m16n8 fragments; 16 in the fp32 SIMT kernel), so row reductions are
-// log2(kRowThreads) xor-shuffles. Row sums stay per-thread partial sums until the end (all threads
+// Online softmax on register fragments, in base 2. kRowThreads lanes share a row, kLaneStride
+// apart (the four consecutive threads of a quad for m16n8 fragments; 16 in the fp32 SIMT kernel;
+// eight lanes four apart where a fragment's columns are the rows, sm80/decode/), so row reductions
+// are log2(kRowThreads) xor-shuffles. Row sums stay per-thread partial sums until the end (all threads
 // of a row rescale by the same factor).
 #pragma once
 
@@ -63,21 +64,23 @@ __device__ __forceinline__ RowMaxMove move_row_max(float& row_max, float tile_ma
   return move;
 }
 
-template <int kRowThreads>
+template <int kRowThreads, int kLaneStride = 1>
 __device__ __forceinline__ float row_max_all(float x) {
   CUTE_UNROLL
-  for (int offset = 1; offset < kRowThreads; offset *= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  for (int offset = kLaneStride; offset < kRowThreads * kLaneStride; offset *= 2)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
   return x;
 }
 
-template <int kRowThreads>
+template <int kRowThreads, int kLaneStride = 1>
 __device__ __forceinline__ float row_sum_all(float x) {
   CUTE_UNROLL
-  for (int offset = 1; offset < kRowThreads; offset *= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  for (int offset = kLaneStride; offset < kRowThreads * kLaneStride; offset *= 2)
+    x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
 }
 
-template <int kRows, int kRowThreads = 4>  // rows a thread holds (2 * MMA_M for m16n8 fragments)
+template <int kRows, int kRowThreads = 4, int kLaneStride = 1>  // rows a thread holds (2 * MMA_M for m16n8 fragments)
 struct OnlineSoftmax {
   float row_max[kRows];    // in log2 units
   float row_sum[kRows];    // this thread's share of the row
@@ -104,7 +107,7 @@ struct OnlineSoftmax {
       float tile_max = -INFINITY;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(scores); ++c) tile_max = fmaxf(tile_max, scores(r, c));
-      tile_max = row_max_all<kRowThreads>(tile_max);
+      tile_max = row_max_all<kRowThreads, kLaneStride>(tile_max);
       top_score[r] = fmaxf(top_score[r], tile_max);
       const RowMaxMove move = move_row_max(row_max[r], tile_max * scale);
       rescale[r] = move.rescale;
@@ -151,7 +154,7 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void final_factors(float out_scale, float (&norm)[kRows], float (&lse)[kRows]) {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const float sum = row_sum_all<kRowThreads>(row_sum[r]);
+      const float sum = row_sum_all<kRowThreads, kLaneStride>(row_sum[r]);
       const bool empty = row_max[r] == -INFINITY || !(sum > 0.0f);
       norm[r] = empty ? 0.0f : out_scale / sum;
       lse[r] = empty ? -INFINITY : (row_max[r] + __log2f(sum)) * kLn2;
@@ -168,7 +171,7 @@ struct OnlineSoftmax {
   __device__ __forceinline__ void final_factors_natural(float out_scale, float (&norm)[kRows], float (&lse)[kRows]) {
     CUTE_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      const float sum = row_sum_all<kRowThreads>(row_sum[r]);
+      const float sum = row_sum_all<kRowThreads, kLaneStride>(row_sum[r]);
       const bool empty = row_max[r] == -INFINITY || !(sum > 0.0f);
       norm[r] = empty ? 0.0f : out_scale / sum;
       const float log2_rest = __log2f(sum) - fmaf(top_score[r], kLog2e, -row_max[r]);
