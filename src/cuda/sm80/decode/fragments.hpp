@@ -17,6 +17,7 @@
 //   2t, 2t + 1 at row g: an 8 x 8 transpose of each packed half (movmatrix).
 #pragma once
 
+#include <cute/arch/copy_sm75.hpp>
 #include <cute/arch/mma_sm80.hpp>
 
 #include <cstdint>
@@ -34,19 +35,14 @@ __device__ __forceinline__ int slot(int r, int c) {
   return r * kChunks + (c ^ (r % 8));
 }
 
-// Four 8 x 8 matrices of 16-bit elements, lane l giving the address of row l % 8 of matrix l / 8.
-__device__ __forceinline__ void ldmatrix_x4(const void* row, std::uint32_t (&a)[4]) {
-  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(at));
+// Four 8 x 8 matrices of 16-bit elements, lane l giving the address of row l % 8 of matrix l / 8
+// (cute's ldmatrix atoms; .trans for V^T).
+__device__ __forceinline__ void ldmatrix_x4(const uint4* row, std::uint32_t (&a)[4]) {
+  cute::SM75_U32x4_LDSM_N::copy(*reinterpret_cast<const cute::uint128_t*>(row), a[0], a[1], a[2], a[3]);
 }
 
-__device__ __forceinline__ void ldmatrix_x4_trans(const void* row, std::uint32_t (&a)[4]) {
-  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(at));
+__device__ __forceinline__ void ldmatrix_x4_trans(const uint4* row, std::uint32_t (&a)[4]) {
+  cute::SM75_U16x8_LDSM_T::copy(*reinterpret_cast<const cute::uint128_t*>(row), a[0], a[1], a[2], a[3]);
 }
 
 // The warp's 8 x 8 matrix of 16-bit pairs, transposed.
